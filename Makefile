@@ -1,0 +1,36 @@
+# Two commands: `make demo` and `make test`. Both create or refresh .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: venv demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check 'uv>=0.4'
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[dev]'
+	@# PYTHONDONTWRITEBYTECODE is set on these machines: compile once so imports stay fast.
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/shoal demo
+
+test: $(STAMP)
+	bash scripts/test.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	$(BIN)/python bench/dispatch.py
+	$(BIN)/python bench/import_time.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,65 @@
+"""shoal: run notebook code as tracked jobs, locally or on Ray — SageMaker's shape, offline.
+
+Heavy names load on first use (PEP 562), so ``import shoal`` stays fast and imports none of
+SQLAlchemy, fsspec, torch, ray, fastapi or uvicorn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from shoal.errors import (
+    InvalidArgumentError,
+    JobCancelledError,
+    JobError,
+    JobFailedError,
+    JobTimeoutError,
+    NotFoundError,
+    ShoalError,
+)
+
+if TYPE_CHECKING:
+    from shoal.remote import RemoteExecutor, get_future, list_futures, remote
+    from shoal.session import Session, use
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidArgumentError",
+    "JobCancelledError",
+    "JobError",
+    "JobFailedError",
+    "JobTimeoutError",
+    "NotFoundError",
+    "RemoteExecutor",
+    "Session",
+    "ShoalError",
+    "__version__",
+    "get_future",
+    "list_futures",
+    "remote",
+    "use",
+]
+
+_LAZY = {
+    "remote": "shoal.remote",
+    "RemoteExecutor": "shoal.remote",
+    "get_future": "shoal.remote",
+    "list_futures": "shoal.remote",
+    "Session": "shoal.session",
+    "use": "shoal.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

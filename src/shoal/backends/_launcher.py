@@ -1,0 +1,134 @@
+"""The local launcher: a small fork server that starts job supervisors in milliseconds.
+
+Starting a supervisor by ``exec`` costs an interpreter plus SQLAlchemy and fsspec imports
+(≈0.5 s on a small machine); forking the caller would copy a notebook's memory and its
+threads. So one clean, single-threaded process per interpreter imports the supervisor's
+modules once and forks a fresh session leader for each job. It exits after an idle period.
+
+``python -m shoal.backends._launcher serve SOCKET IDLE MODULE...`` runs the server;
+``python -m shoal.backends._launcher run ENTRY ARG...`` runs one entry point (spawn mode).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from shoal.backends._procfs import start_ticks
+
+__all__ = ["main", "resolve_entrypoint"]
+
+
+def resolve_entrypoint(spec: str) -> Callable[..., int]:
+    module, _, attr = spec.partition(":")
+    fn = getattr(importlib.import_module(module), attr)
+    return fn  # type: ignore[no-any-return]
+
+
+def _child(request: dict[str, Any], log_path: str | None) -> None:
+    """In the forked child: become a session leader with the job's environment, then run."""
+    code = 70
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(request.get("env") or {})
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        out = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        fn = resolve_entrypoint(request["entrypoint"])
+        code = int(fn(*request.get("args", ())) or 0)
+    except BaseException:  # the child must never return into the server loop
+        traceback.print_exc()
+        code = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
+    for item in preload:
+        if ":" in item:  # "module:function" warms a cache (e.g. builds the Settings class)
+            resolve_entrypoint(item)()
+        else:
+            importlib.import_module(item)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(sock_path):
+        os.unlink(sock_path)
+    server.bind(sock_path + ".tmp")
+    os.rename(sock_path + ".tmp", sock_path)  # clients never see a socket not yet listening
+    server.listen(64)
+    server.settimeout(idle_seconds)
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                return 0
+            with conn:
+                conn.settimeout(10)
+                reply = _handle(conn, server)
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+    finally:
+        try:
+            if os.path.exists(sock_path):
+                os.unlink(sock_path)
+        finally:
+            server.close()
+
+
+def _handle(conn: socket.socket, server: socket.socket) -> dict[str, Any]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return {"error": "incomplete request"}
+        buf += chunk
+    try:
+        request = json.loads(buf)
+    except ValueError as e:
+        return {"error": f"bad request: {e}"}
+    if request.get("op") == "ping":
+        return {"ok": True, "pid": os.getpid()}
+    if request.get("prepare"):
+        try:
+            resolve_entrypoint(request["prepare"])(request.get("env") or {})
+        except Exception:  # warming is an optimisation; the child builds what it needs
+            traceback.print_exc()
+    pid = os.fork()
+    if pid == 0:
+        server.close()
+        conn.close()
+        _child(request, request.get("log_path"))
+    return {"pid": pid, "start_ticks": start_ticks(pid)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "serve":
+        return serve(args[1], float(args[2]), args[3:])
+    if args and args[0] == "run":
+        return int(resolve_entrypoint(args[1])(*args[2:]) or 0)
+    sys.stderr.write("usage: python -m shoal.backends._launcher serve|run ...\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

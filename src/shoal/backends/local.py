@@ -1,0 +1,187 @@
+"""The local backend: each job gets a detached supervisor process on this machine.
+
+Supervisors are forked by the launcher (``_launcher.py``) or, in ``spawn`` mode, started as
+fresh interpreters. Either way they are session leaders that outlive the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from shoal.backends._procfs import process_state, start_ticks
+from shoal.core.ports import ExecContext, LaunchInfo
+from shoal.errors import LaunchError
+
+__all__ = ["LocalBackend"]
+
+LaunchMode = Literal["forkserver", "spawn"]
+
+
+def _code_fingerprint() -> str:
+    """Changes when shoal's code changes, so a launcher never runs stale modules."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(f"{sys.executable}|{root}".encode())
+    for path in sorted(root.rglob("*.py")):
+        st = path.stat()
+        h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, run_dir: Path, *, mode: LaunchMode = "forkserver",
+                 idle_seconds: float = 600.0, preload: tuple[str, ...] = ()) -> None:
+        self._run_dir = Path(run_dir)
+        self._mode = mode
+        self._idle = idle_seconds
+        self._preload = preload
+        self._fingerprint: str | None = None
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def mode(self) -> LaunchMode:
+        return self._mode
+
+    # --- launching --------------------------------------------------------------------
+
+    def launch(self, ctx: ExecContext) -> LaunchInfo:
+        log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        if self._mode == "spawn":
+            return self._spawn(ctx, log_path)
+        request = {"entrypoint": ctx.entrypoint, "args": list(ctx.args), "env": dict(ctx.env),
+                   "cwd": ctx.cwd, "log_path": log_path, "prepare": ctx.prepare}
+        reply = self._request(request)
+        if "error" in reply:
+            raise LaunchError(f"launcher refused job {ctx.job!r}: {reply['error']}", job=ctx.job)
+        return LaunchInfo("local", int(reply["pid"]), socket.gethostname(), reply.get("start_ticks"))
+
+    def _spawn(self, ctx: ExecContext, log_path: str) -> LaunchInfo:
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "shoal.backends._launcher", "run", ctx.entrypoint,
+                     *ctx.args],
+                    env=dict(ctx.env), cwd=ctx.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as e:
+                raise LaunchError(f"cannot start the supervisor of job {ctx.job!r}: {e}",
+                                  job=ctx.job) from e
+        self._children = [p for p in self._children if p.poll() is None] + [proc]
+        return LaunchInfo("local", proc.pid, socket.gethostname(), start_ticks(proc.pid))
+
+    def _socket_path(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = _code_fingerprint()
+        path = str(self._run_dir / f"launcher-{self._fingerprint}.sock")
+        if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
+            digest = hashlib.sha256(path.encode()).hexdigest()[:20]
+            base = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            path = str(base / f"{digest}.sock")
+        return path
+
+    def _request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        path = self._socket_path()
+        for attempt in range(3):
+            try:
+                return _send(path, request)
+            except (FileNotFoundError, ConnectionRefusedError):
+                # No launcher, or one that just exited after its idle period: start one.
+                self._start_launcher(path)
+            except OSError as e:
+                if attempt == 2:
+                    raise LaunchError(f"cannot reach the launcher at {path}: {e}") from e
+        raise LaunchError(f"the launcher at {path} did not accept the job; see "
+                          f"{self._run_dir / 'launcher.log'}")
+
+    def _start_launcher(self, path: str) -> None:
+        self._run_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self._run_dir / "launcher.log"
+        with open(f"{path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                if _send(path, {"op": "ping"}).get("ok"):
+                    return  # another client started it while we waited for the lock
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "shoal.backends._launcher", "serve", path,
+                     str(self._idle), *self._preload],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=_launcher_env())
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise LaunchError(f"the launcher exited with code {proc.returncode} while "
+                                      f"starting; its log ({log_path}) ends with:\n{tail}")
+                if os.path.exists(path):
+                    return
+                time.sleep(0.01)  # bounded poll on an external process starting up
+            proc.kill()
+            raise LaunchError(f"the launcher did not start within 60 s; see {log_path}")
+
+    def shutdown_launcher(self) -> None:
+        """Stop this interpreter's launcher now (tests; `shoal` exits leave it to idle out)."""
+        path = self._socket_path()
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(_send(path, {"op": "ping"})["pid"])
+            os.kill(pid, signal.SIGTERM)
+
+    # --- observing and stopping -------------------------------------------------------
+
+    def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
+        pid = handle.get("pid")
+        if not pid:
+            return None
+        if handle.get("host") not in (None, socket.gethostname()):
+            return None
+        state = process_state(int(pid))
+        if state is None or state in ("Z", "X"):
+            return False
+        ticks = handle.get("start_ticks")
+        return ticks is None or start_ticks(int(pid)) == ticks
+
+    def signal_stop(self, handle: Mapping[str, Any]) -> None:
+        if self.is_alive(handle):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(handle["pid"]), signal.SIGTERM)
+
+    def close(self) -> None:
+        for proc in self._children:
+            proc.poll()
+        self._children = [p for p in self._children if p.returncode is None]
+
+
+def _launcher_env() -> dict[str, str]:
+    # Each request carries its job's environment; the launcher itself keeps no SHOAL_* state.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    return env
+
+
+def _send(path: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(path)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionRefusedError("launcher closed the connection")
+            buf += chunk
+    return json.loads(buf)  # type: ignore[no-any-return]

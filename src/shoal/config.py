@@ -1,0 +1,288 @@
+"""Settings (``SHOAL_*`` environment) and the SageMaker-schema defaults files.
+
+The only module besides the in-job entry point that reads ``os.environ``. Nothing here runs at
+import time; ``Settings()`` and ``load_defaults()`` read when called.
+
+Defaults files use SageMaker's schema, so an existing SageMaker config works unchanged::
+
+    SchemaVersion: '1.0'
+    SageMaker:
+      PythonSDK:
+        Modules:
+          RemoteFunction:
+            InstanceType: ml.m5.large
+
+Precedence: explicit argument > extra files given to the session (last wins) > user file >
+admin file > built-in default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from shoal.errors import ConfigError
+
+__all__ = [
+    "REMOTE_FUNCTION_KEYS",
+    "DefaultsConfig",
+    "ResolvedValue",
+    "Settings",
+    "default_admin_config_path",
+    "default_user_config_path",
+    "load_defaults",
+]
+
+
+def _settings_class() -> type[Any]:
+    # pydantic-settings costs ~0.2 s to import; build the class on first use only.
+    global _SETTINGS_CLS
+    if _SETTINGS_CLS is not None:
+        return _SETTINGS_CLS
+    from pydantic import Field
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
+        model_config = SettingsConfigDict(env_prefix="SHOAL_", env_nested_delimiter="__",
+                                          extra="forbid")
+        home: Path = Field(default_factory=lambda: Path.home() / ".shoal")
+        metadata_url: str | None = None
+        artifact_url: str | None = None
+        backend: str = "local"
+        max_slots: int | None = None
+        launch_mode: Literal["forkserver", "spawn"] = "forkserver"
+        launcher_idle_seconds: float = 600.0
+        job_process: Literal["fork", "exec"] = "fork"
+        admin_config_override: Path | None = None
+        user_config_override: Path | None = None
+
+        def resolved_metadata_url(self) -> str:
+            return self.metadata_url or f"sqlite:///{self.home / 'shoal.db'}"
+
+        def resolved_artifact_url(self) -> str:
+            return self.artifact_url or f"file://{self.home / 'artifacts'}"
+
+        def admin_config_path(self) -> Path:
+            return self.admin_config_override or default_admin_config_path()
+
+        def user_config_path(self) -> Path:
+            return self.user_config_override or default_user_config_path()
+
+        def sources(self) -> dict[str, str]:
+            """Where each setting came from: ``argument``, ``env SHOAL_X`` or ``default``."""
+            out = {}
+            for name in type(self).model_fields:
+                env = f"SHOAL_{name.upper()}"
+                if name in self.model_fields_set and env in os.environ:
+                    out[name] = f"env {env}"
+                elif name in self.model_fields_set:
+                    out[name] = "argument"
+                else:
+                    out[name] = "default"
+            return out
+
+    _SETTINGS_CLS = Settings
+    return Settings
+
+
+_SETTINGS_CLS: type[Any] | None = None
+
+
+def Settings(**kwargs: Any) -> Any:  # noqa: N802 - a factory that stands where the class would
+    """Build settings: keyword arguments > ``SHOAL_*`` environment > defaults.
+
+    Example:
+        >>> Settings(home="/tmp/shoal-home").resolved_metadata_url()
+        'sqlite:////tmp/shoal-home/shoal.db'
+    """
+    from pydantic import ValidationError
+
+    try:
+        return _settings_class()(**kwargs)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+                             for err in e.errors())
+        raise ConfigError(f"invalid shoal settings ({problems}). Check the SHOAL_* environment "
+                          "variables and the arguments given to Session().") from e
+
+
+def default_admin_config_path() -> Path:
+    return Path("/etc/xdg/shoal/config.yaml")
+
+
+def default_user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "shoal" / "config.yaml"
+
+
+# --- SageMaker-schema defaults ------------------------------------------------------------
+
+#: Every key SageMaker accepts under RemoteFunction, with the type it must have.
+REMOTE_FUNCTION_KEYS: Mapping[str, str] = {
+    "Dependencies": "str",
+    "EnableInterContainerTrafficEncryption": "bool",
+    "EnvironmentVariables": "dict[str,str]",
+    "ImageUri": "str",
+    "IncludeLocalWorkDir": "bool",
+    "CustomFileFilter": "CustomFileFilter",
+    "InstanceType": "str",
+    "JobCondaEnvironment": "str",
+    "PreExecutionCommands": "list[str]",
+    "PreExecutionScript": "str",
+    "RoleArn": "str",
+    "S3KmsKeyId": "str",
+    "S3RootUri": "str",
+    "Tags": "list[Tag]",
+    "VolumeKmsKeyId": "str",
+    "VpcConfig": "VpcConfig",
+}
+_SESSION_KEYS = {"DefaultS3Bucket": "str", "DefaultS3ObjectKeyPrefix": "str"}
+# Sections of SageMaker's schema that shoal keeps but does not interpret (yet).
+_OPAQUE_SAGEMAKER_SECTIONS = frozenset({
+    "AutoMLJob", "AutoMLJobV2", "CompilationJob", "EdgePackagingJob", "Endpoint",
+    "EndpointConfig", "FeatureGroup", "HyperParameterTuningJob", "InferenceComponent",
+    "InferenceRecommendationsJob", "Model", "ModelPackage", "MonitoringSchedule",
+    "ProcessingJob", "TrainingJob", "TransformJob", "Pipeline", "ModelCard",
+    "ClusterConfig", "Cluster",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedValue:
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultsConfig:
+    """RemoteFunction (and Session) defaults with the file each value came from."""
+
+    remote_function: Mapping[str, ResolvedValue] = field(default_factory=dict)
+    session: Mapping[str, ResolvedValue] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        item = self.remote_function.get(key)
+        return item.value if item is not None else default
+
+
+def load_defaults(files: Sequence[tuple[str, Path]]) -> DefaultsConfig:
+    """Read (label, path) files in increasing precedence; missing files are skipped."""
+    rf: dict[str, ResolvedValue] = {}
+    sess: dict[str, ResolvedValue] = {}
+    used: list[str] = []
+    for label, path in files:
+        if not path.exists():
+            if label == "extra":
+                raise ConfigError(f"config file {path} does not exist", file=str(path))
+            continue
+        doc = _read_yaml(path)
+        used.append(f"{label}:{path}")
+        modules = _validate(doc, path)
+        for key, value in modules.get("RemoteFunction", {}).items():
+            rf[key] = ResolvedValue(value, f"{label} file {path}")
+        for key, value in modules.get("Session", {}).items():
+            sess[key] = ResolvedValue(value, f"{label} file {path}")
+    return DefaultsConfig(rf, sess, tuple(used))
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e}", file=str(path)) from e
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: "
+                          f"{getattr(e, 'problem', e)}", file=str(path)) from e
+
+
+def _fail(path: Path, key: str, expected: str, got: Any = None, *, unknown: bool = False) -> None:
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown key {key!r}; expected one of {expected}",
+                          file=str(path), key=key)
+    raise ConfigError(f"config file {path}: {key} must be {expected}, got "
+                      f"{type(got).__name__} {got!r}", file=str(path), key=key)
+
+
+def _validate(doc: Any, path: Path) -> dict[str, dict[str, Any]]:
+    if not isinstance(doc, dict):
+        _fail(path, "(top level)", "a mapping", doc)
+    for key in doc:
+        if key not in ("SchemaVersion", "SageMaker", "CustomParameters"):
+            _fail(path, str(key), "SchemaVersion, SageMaker, CustomParameters", unknown=True)
+    if str(doc.get("SchemaVersion", "1.0")) != "1.0":
+        _fail(path, "SchemaVersion", "'1.0'", doc.get("SchemaVersion"))
+    sm = doc.get("SageMaker") or {}
+    if not isinstance(sm, dict):
+        _fail(path, "SageMaker", "a mapping", sm)
+    for key in sm:
+        if key != "PythonSDK" and key not in _OPAQUE_SAGEMAKER_SECTIONS:
+            _fail(path, f"SageMaker.{key}",
+                  "PythonSDK or a SageMaker resource section", unknown=True)
+    sdk = sm.get("PythonSDK") or {}
+    if not isinstance(sdk, dict):
+        _fail(path, "SageMaker.PythonSDK", "a mapping", sdk)
+    for key in sdk:
+        if key != "Modules":
+            _fail(path, f"SageMaker.PythonSDK.{key}", "Modules", unknown=True)
+    modules = sdk.get("Modules") or {}
+    if not isinstance(modules, dict):
+        _fail(path, "SageMaker.PythonSDK.Modules", "a mapping", modules)
+    out: dict[str, dict[str, Any]] = {}
+    for name, schema in (("RemoteFunction", REMOTE_FUNCTION_KEYS), ("Session", _SESSION_KEYS)):
+        section = modules.get(name) or {}
+        prefix = f"SageMaker.PythonSDK.Modules.{name}"
+        if not isinstance(section, dict):
+            _fail(path, prefix, "a mapping", section)
+        for key, value in section.items():
+            if key not in schema:
+                _fail(path, f"{prefix}.{key}", ", ".join(sorted(schema)), unknown=True)
+            _check_type(path, f"{prefix}.{key}", schema[key], value)
+        out[name] = dict(section)
+    for name in modules:
+        if name not in ("RemoteFunction", "Session", "Estimator", "Model", "Processor"):
+            _fail(path, f"SageMaker.PythonSDK.Modules.{name}",
+                  "RemoteFunction, Session, Estimator, Model, Processor", unknown=True)
+    return out
+
+
+def _check_type(path: Path, key: str, kind: str, value: Any) -> None:
+    if kind == "str":
+        if not isinstance(value, str):
+            _fail(path, key, "a string", value)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            _fail(path, key, "true or false", value)
+    elif kind == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            _fail(path, key, "a list of strings", value)
+    elif kind == "dict[str,str]":
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            _fail(path, key, "a mapping of string to string", value)
+    elif kind == "list[Tag]":
+        ok = isinstance(value, list) and all(
+            isinstance(t, dict) and set(t) == {"Key", "Value"}
+            and isinstance(t["Key"], str) and isinstance(t["Value"], str) for t in value)
+        if not ok:
+            _fail(path, key, 'a list of {"Key": str, "Value": str}', value)
+    elif kind == "CustomFileFilter":
+        patterns = value.get("IgnoreNamePatterns", []) if isinstance(value, dict) else None
+        ok = isinstance(value, dict) and set(value) <= {"IgnoreNamePatterns"} and isinstance(
+            patterns, list) and all(isinstance(p, str) for p in patterns)
+        if not ok:
+            _fail(path, key, "{IgnoreNamePatterns: [str, ...]}", value)
+    elif kind == "VpcConfig":
+        ok = isinstance(value, dict) and set(value) <= {"SecurityGroupIds", "Subnets"} and all(
+            isinstance(v, list) and all(isinstance(s, str) for s in v) for v in value.values())
+        if not ok:
+            _fail(path, key, "{SecurityGroupIds: [str], Subnets: [str]}", value)

@@ -1,0 +1,49 @@
+"""Frozen domain types and ports; no I/O lives here."""
+
+from shoal.core.clock import Clock, IdFactory, RandomIdFactory, SystemClock, job_name_for
+from shoal.core.jobs import (
+    TRANSITIONS,
+    FailureKind,
+    JobEvent,
+    JobKind,
+    JobName,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    check_transition,
+)
+from shoal.core.ports import (
+    ArtifactStore,
+    Backend,
+    ExecContext,
+    JobQuery,
+    LaunchInfo,
+    MetadataStore,
+)
+from shoal.core.resources import INSTANCE_TYPES, InstanceType, resolve_instance_type
+
+__all__ = [
+    "INSTANCE_TYPES",
+    "TRANSITIONS",
+    "ArtifactStore",
+    "Backend",
+    "Clock",
+    "ExecContext",
+    "FailureKind",
+    "IdFactory",
+    "InstanceType",
+    "JobEvent",
+    "JobKind",
+    "JobName",
+    "JobQuery",
+    "JobRecord",
+    "JobSpec",
+    "JobStatus",
+    "LaunchInfo",
+    "MetadataStore",
+    "RandomIdFactory",
+    "SystemClock",
+    "check_transition",
+    "job_name_for",
+    "resolve_instance_type",
+]

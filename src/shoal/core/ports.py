@@ -1,0 +1,92 @@
+"""The ports the layers above depend on. Implementations live in storage/ and backends/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from shoal.core.jobs import FailureKind, JobName, JobRecord, JobSpec, JobStatus
+
+__all__ = ["ArtifactStore", "Backend", "ExecContext", "JobQuery", "LaunchInfo", "MetadataStore"]
+
+
+@runtime_checkable
+class ArtifactStore(Protocol):
+    """Bytes under keys (``<job>/function/payload.pkl``); writes are atomic."""
+
+    @property
+    def root(self) -> str: ...
+    def uri(self, key: str) -> str: ...
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+    def get_bytes(self, key: str) -> bytes: ...
+    def read_range(self, key: str, start: int) -> bytes: ...
+    def exists(self, key: str) -> bool: ...
+    def delete_prefix(self, prefix: str) -> None: ...
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    statuses: Sequence[JobStatus] = ()
+    name_prefix: str | None = None
+    name_contains: str | None = None
+    created_after: datetime | None = None
+    limit: int = 100
+
+
+@runtime_checkable
+class MetadataStore(Protocol):
+    def create_job(self, spec: JobSpec, *, secret: str, backend: str) -> JobRecord: ...
+    def get_job(self, name: str) -> JobRecord: ...
+    def find_job(self, name: str) -> JobRecord | None: ...
+    def list_jobs(self, query: JobQuery) -> list[JobRecord]: ...
+    def get_job_secret(self, name: str) -> str: ...
+    def update_job(
+        self, name: str, *, status: JobStatus, expected: JobStatus | None = None,
+        reason: str | None = None, failure_kind: FailureKind | None = None,
+        exit_code: int | None = None, attempt: int | None = None,
+        handle: Mapping[str, Any] | None = None, env_setup_seconds: float | None = None,
+    ) -> JobRecord: ...
+    def set_handle(self, name: str, handle: Mapping[str, Any]) -> None: ...
+    def iter_unfinished(self) -> Iterator[JobRecord]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExecContext:
+    """What a backend starts: a dotted entry point, its arguments and its environment."""
+
+    job: JobName
+    entrypoint: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    #: Optional "module:function(env)" a fork server may run before forking, to warm caches.
+    prepare: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchInfo:
+    """Facts about a launched supervisor, stored on the job record as its handle."""
+
+    backend: str
+    pid: int
+    host: str
+    start_ticks: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "pid": self.pid, "host": self.host,
+                "start_ticks": self.start_ticks}
+
+
+class Backend(Protocol):
+    name: str
+
+    def launch(self, ctx: ExecContext) -> LaunchInfo: ...
+    def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
+        """True/False when known; None when this backend cannot tell (another host)."""
+        ...
+    def signal_stop(self, handle: Mapping[str, Any]) -> None: ...
+    def close(self) -> None: ...

@@ -1,0 +1,252 @@
+"""Every exception shoal raises, in one tree.
+
+    ShoalError
+    ├── ConfigError
+    ├── InvalidArgumentError (also ValueError)
+    │   └── PicklingError            an object the job needs cannot be pickled
+    ├── NotFoundError
+    │   ├── JobNotFound
+    │   ├── RunNotFound
+    │   ├── ModelNotFound
+    │   └── ArtifactNotFound
+    ├── AlreadyExistsError
+    ├── ConflictError
+    │   └── InvalidTransitionError
+    ├── StorageError
+    │   ├── ArtifactStoreError
+    │   └── MetadataStoreError
+    │       └── SchemaOutOfDateError
+    ├── SerializationError
+    │   ├── PayloadVersionError
+    │   └── PayloadIntegrityError
+    ├── RuntimeEnvError
+    ├── BackendError
+    │   ├── BackendUnavailableError
+    │   ├── LaunchError
+    │   └── ResourceUnavailableError  the instance type asks for what this machine lacks
+    ├── JobError
+    │   ├── JobFailedError
+    │   ├── JobCancelledError
+    │   └── JobTimeoutError
+    ├── ServingError
+    │   ├── ModelLoadError
+    │   └── OverloadedError
+    └── ApiError
+
+Each class has one ``code`` (its wire name) and an ``http_status``; ``details`` carries
+structured context (job names, paths, keys). Every error pickles, so it can cross a process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AlreadyExistsError",
+    "ApiError",
+    "ArtifactNotFound",
+    "ArtifactStoreError",
+    "BackendError",
+    "BackendUnavailableError",
+    "ConfigError",
+    "ConflictError",
+    "InvalidArgumentError",
+    "InvalidTransitionError",
+    "JobCancelledError",
+    "JobError",
+    "JobFailedError",
+    "JobNotFound",
+    "JobTimeoutError",
+    "LaunchError",
+    "MetadataStoreError",
+    "ModelLoadError",
+    "ModelNotFound",
+    "NotFoundError",
+    "OverloadedError",
+    "PayloadIntegrityError",
+    "PayloadVersionError",
+    "PicklingError",
+    "ResourceUnavailableError",
+    "RunNotFound",
+    "RuntimeEnvError",
+    "SchemaOutOfDateError",
+    "SerializationError",
+    "ServingError",
+    "ShoalError",
+    "StorageError",
+    "error_class_for_code",
+]
+
+
+class ShoalError(Exception):
+    """Base of every shoal error."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword details do not survive BaseException's default reduce.
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[ShoalError], message: str, details: dict[str, Any]) -> ShoalError:
+    return cls(message, **details)
+
+
+class ConfigError(ShoalError):
+    code = "CONFIG_ERROR"
+    http_status = 400
+
+
+class InvalidArgumentError(ShoalError, ValueError):
+    code = "INVALID_ARGUMENT"
+    http_status = 400
+
+
+class PicklingError(InvalidArgumentError):
+    code = "NOT_PICKLABLE"
+
+
+class NotFoundError(ShoalError):
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class JobNotFound(NotFoundError):
+    code = "JOB_NOT_FOUND"
+
+
+class RunNotFound(NotFoundError):
+    code = "RUN_NOT_FOUND"
+
+
+class ModelNotFound(NotFoundError):
+    code = "MODEL_NOT_FOUND"
+
+
+class ArtifactNotFound(NotFoundError):
+    code = "ARTIFACT_NOT_FOUND"
+
+
+class AlreadyExistsError(ShoalError):
+    code = "ALREADY_EXISTS"
+    http_status = 409
+
+
+class ConflictError(ShoalError):
+    code = "CONFLICT"
+    http_status = 409
+
+
+class InvalidTransitionError(ConflictError):
+    code = "INVALID_TRANSITION"
+
+
+class StorageError(ShoalError):
+    code = "STORAGE_ERROR"
+    http_status = 503
+
+
+class ArtifactStoreError(StorageError):
+    code = "ARTIFACT_STORE_ERROR"
+
+
+class MetadataStoreError(StorageError):
+    code = "METADATA_STORE_ERROR"
+
+
+class SchemaOutOfDateError(MetadataStoreError):
+    code = "SCHEMA_OUT_OF_DATE"
+
+
+class SerializationError(ShoalError):
+    code = "SERIALIZATION_ERROR"
+    http_status = 400
+
+
+class PayloadVersionError(SerializationError):
+    code = "PAYLOAD_VERSION"
+
+
+class PayloadIntegrityError(SerializationError):
+    code = "PAYLOAD_INTEGRITY"
+
+
+class RuntimeEnvError(ShoalError):
+    code = "RUNTIME_ENV_ERROR"
+    http_status = 400
+
+
+class BackendError(ShoalError):
+    code = "BACKEND_ERROR"
+    http_status = 503
+
+
+class BackendUnavailableError(BackendError):
+    code = "BACKEND_UNAVAILABLE"
+
+
+class LaunchError(BackendError):
+    code = "LAUNCH_ERROR"
+
+
+class ResourceUnavailableError(BackendError):
+    code = "RESOURCE_UNAVAILABLE"
+    http_status = 400
+
+
+class JobError(ShoalError):
+    code = "JOB_ERROR"
+
+
+class JobFailedError(JobError):
+    code = "JOB_FAILED"
+
+
+class JobCancelledError(JobError):
+    code = "JOB_CANCELLED"
+
+
+class JobTimeoutError(JobError):
+    code = "JOB_TIMEOUT"
+
+
+class ServingError(ShoalError):
+    code = "SERVING_ERROR"
+
+
+class ModelLoadError(ServingError):
+    code = "MODEL_LOAD_ERROR"
+
+
+class OverloadedError(ServingError):
+    code = "OVERLOADED"
+    http_status = 503
+
+
+class ApiError(ShoalError):
+    code = "API_ERROR"
+    http_status = 502
+
+
+def _all_subclasses(cls: type[ShoalError]) -> list[type[ShoalError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def error_class_for_code(code: str) -> type[ShoalError]:
+    """Return the error class whose ``code`` is *code* (``ShoalError`` if unknown)."""
+    for cls in _all_subclasses(ShoalError):
+        if cls.code == code:
+            return cls
+    return ShoalError

@@ -1,0 +1,63 @@
+"""Where a job's output goes: straight into the store's file on local disk, or a local spool
+uploaded every few seconds (and at the end) for object stores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LogSink"]
+
+
+class LogSink:
+    def __init__(self, artifacts: Any, key: str, spool: Path, *, interval: float = 2.0) -> None:
+        self._artifacts = artifacts
+        self._key = key
+        local = artifacts.local_path(key) if hasattr(artifacts, "local_path") else None
+        self._direct = local is not None
+        path = Path(local) if local is not None else spool
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._f = open(path, "ab")  # noqa: SIM115 - lives as long as the job
+        self._interval = interval
+        self._dirty = False
+        self._last_flush = 0.0
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self._f.write(data)
+        self._f.flush()
+        self._dirty = True
+
+    def next_flush(self, now: float) -> float:
+        if self._direct or not self._dirty:
+            return now + 3600.0
+        return self._last_flush + self._interval
+
+    def maybe_flush(self, now: float) -> None:
+        if not self._direct and self._dirty and now >= self._last_flush + self._interval:
+            self._upload(now)
+
+    def _upload(self, now: float) -> None:
+        self._f.flush()
+        self._artifacts.put_bytes(self._key, self._path.read_bytes())
+        self._dirty = False
+        self._last_flush = now
+
+    def tail(self, lines: int) -> str:
+        self._f.flush()
+        with open(self._path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if not self._direct and self._dirty:
+            self._upload(0.0)
+        self._f.close()
+        self._closed = True

@@ -1,0 +1,225 @@
+"""JobService: submits jobs, moves their state (it is the only writer), waits and collects."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shoal.core.clock import Clock, SystemClock
+from shoal.core.jobs import FailureKind, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.ports import ArtifactStore, Backend, ExecContext, MetadataStore
+from shoal.errors import (
+    ArtifactNotFound,
+    InvalidTransitionError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    ShoalError,
+)
+from shoal.serialization import Payload, deserialize, new_key, serialize
+from shoal.storage.artifacts import job_key
+
+__all__ = ["JobService", "log_key"]
+
+logger = logging.getLogger(__name__)
+
+#: How long a record may sit without a launched supervisor before the reaper fails it.
+_UNLAUNCHED_GRACE_S = 120.0
+
+
+def log_key(job: str) -> str:
+    return job_key(job, "logs", "output.log")
+
+
+class JobService:
+    """The use-case API for jobs. Collaborators arrive as arguments; nothing is looked up."""
+
+    def __init__(self, metadata: MetadataStore, artifacts: ArtifactStore, backend: Backend, *,
+                 supervisor_entrypoint: str, supervisor_env: Mapping[str, str],
+                 supervisor_prepare: str | None = None,
+                 clock: Clock | None = None) -> None:
+        self.metadata = metadata
+        self.artifacts = artifacts
+        self.backend = backend
+        self._entrypoint = supervisor_entrypoint
+        self._prepare = supervisor_prepare
+        self._env = dict(supervisor_env)
+        self._clock = clock or SystemClock()
+
+    # --- submitting -------------------------------------------------------------------
+
+    def submit_function(self, spec: JobSpec, func: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: Mapping[str, Any]) -> JobRecord:
+        """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
+        key = new_key()
+        fn_payload = serialize(func, key, what=f"function {spec.function_name!r}")
+        arg_payload = serialize((tuple(args), dict(kwargs)), key,
+                                what=f"arguments of {spec.function_name!r}")
+        record = self.metadata.create_job(spec, secret=key, backend=self.backend.name)
+        try:
+            self._put_payload(spec.name, "function", fn_payload)
+            self._put_payload(spec.name, "arguments", arg_payload)
+        except ShoalError as e:
+            self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
+                            reason=f"could not store the payloads of job {spec.name}: {e}")
+            raise
+        return self.launch(record)
+
+    def launch(self, record: JobRecord) -> JobRecord:
+        ctx = ExecContext(job=record.name, entrypoint=self._entrypoint, args=(record.name,),
+                          env=self._env, prepare=self._prepare)
+        try:
+            info = self.backend.launch(ctx)
+        except ShoalError as e:
+            return self.transition(record.name, JobStatus.FAILED,
+                                   failure_kind=FailureKind.INTERNAL,
+                                   reason=f"could not start the supervisor: {e}")
+        self.metadata.set_handle(record.name, info.to_json())
+        logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
+                    extra={"job_id": record.name})
+        return self.metadata.get_job(record.name)
+
+    def _put_payload(self, job: str, kind: str, payload: Payload) -> None:
+        # metadata.json last: a reader that finds it finds the payload too.
+        self.artifacts.put_bytes(job_key(job, kind, "payload.pkl"), payload.data)
+        self.artifacts.put_bytes(job_key(job, kind, "metadata.json"), payload.metadata)
+
+    def get_payload(self, job: str, kind: str) -> Payload:
+        return Payload(self.artifacts.get_bytes(job_key(job, kind, "payload.pkl")),
+                       self.artifacts.get_bytes(job_key(job, kind, "metadata.json")))
+
+    # --- state ------------------------------------------------------------------------
+
+    def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
+        record = self.metadata.update_job(name, status=status, **fields)
+        if status == JobStatus.FAILED:
+            logger.info("job %s failed: %s", name, fields.get("reason"), extra={"job_id": name})
+        else:
+            logger.info("job %s is %s", name, status, extra={"job_id": name})
+        return record
+
+    def get(self, name: str) -> JobRecord:
+        return self.metadata.get_job(name)
+
+    def read_log(self, name: str, offset: int = 0) -> bytes:
+        try:
+            return self.artifacts.read_range(log_key(name), offset)
+        except ArtifactNotFound:
+            return b""
+
+    def log_uri(self, name: str) -> str:
+        return self.artifacts.uri(log_key(name))
+
+    # --- waiting ----------------------------------------------------------------------
+
+    def wait(self, name: str, *, timeout: float | None = None,
+             on_output: Callable[[bytes], None] | None = None) -> JobRecord:
+        """Block until *name* ends; stream its log to *on_output*. TimeoutError on *timeout*."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay, offset = 0.001, 0
+        next_log = next_liveness = time.monotonic()
+        while True:
+            record = self.metadata.get_job(name)
+            now = time.monotonic()
+            if on_output is not None and (record.is_terminal or now >= next_log):
+                chunk = self.read_log(name, offset)
+                if chunk:
+                    offset += len(chunk)
+                    on_output(chunk)
+                next_log = now + 0.1
+            if record.is_terminal:
+                return record
+            if now >= next_liveness:
+                self._reap_one(record)
+                next_liveness = now + 0.5
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"job {name} is still {record.status} after {timeout} s")
+            time.sleep(delay)  # bounded polling of the durable record
+            delay = min(delay * 1.5, 0.05)
+
+    def outcome(self, record: JobRecord) -> Any:
+        """The job's return value, or the matching exception."""
+        name = record.name
+        if record.status == JobStatus.COMPLETED:
+            return deserialize(self.get_payload(name, "results"),
+                               self.metadata.get_job_secret(name), what=f"result of job {name}")
+        if record.status == JobStatus.STOPPED:
+            raise JobCancelledError(f"job {name} was stopped before it finished", job=name)
+        if not record.is_terminal:
+            raise InvalidTransitionError(f"job {name} is still {record.status}", job=name)
+        failure = JobFailedError(
+            f"job {name} failed: {record.failure_reason}. Log: {self.log_uri(name)}",
+            job=name, log_uri=self.log_uri(name), reason=record.failure_reason)
+        if record.failure_kind == FailureKind.TIMEOUT:
+            raise JobTimeoutError(f"job {name}: {record.failure_reason}", job=name,
+                                  log_uri=self.log_uri(name))
+        if record.failure_kind == FailureKind.USER_ERROR:
+            self._raise_user_exception(record, failure)
+        raise failure
+
+    def _raise_user_exception(self, record: JobRecord, failure: JobFailedError) -> None:
+        try:
+            info = deserialize(self.get_payload(record.name, "exception"),
+                               self.metadata.get_job_secret(record.name),
+                               what=f"exception of job {record.name}")
+        except ArtifactNotFound:
+            raise failure from None
+        exc = info.get("exception")
+        tb = info.get("traceback", "")
+        if isinstance(exc, BaseException):
+            exc.add_note(f"\nRemote traceback (job {record.name}):\n{tb}")
+            raise exc from failure
+        raise JobFailedError(
+            f"job {record.name} raised {info.get('type')}: {info.get('message')} (the exception "
+            f"could not be pickled). Remote traceback:\n{tb}", job=record.name,
+            log_uri=self.log_uri(record.name), traceback=tb, exception_type=info.get("type"))
+
+    # --- stopping and reaping -------------------------------------------------------------
+
+    def cancel(self, name: str) -> JobRecord:
+        """Ask a job to stop (SIGTERM, then SIGKILL after its grace period)."""
+        record = self.metadata.get_job(name)
+        if record.is_terminal:
+            return record
+        if record.status != JobStatus.STOPPING:
+            try:
+                record = self.transition(name, JobStatus.STOPPING, reason="stop requested")
+            except InvalidTransitionError:
+                return self.metadata.get_job(name)  # it ended meanwhile
+        alive = self.backend.is_alive(record.handle)
+        if alive:
+            self.backend.signal_stop(record.handle)
+        elif alive is False:
+            record = self.transition(name, JobStatus.STOPPED, reason="stopped (supervisor gone)")
+        return record
+
+    def reap(self) -> list[JobName]:
+        """Fail every unfinished job whose supervisor is gone; return their names."""
+        return [r.name for r in self.metadata.iter_unfinished() if self._reap_one(r)]
+
+    def _reap_one(self, record: JobRecord) -> bool:
+        if record.is_terminal:
+            return False
+        alive = self.backend.is_alive(record.handle)
+        if alive is None and not record.handle:
+            age = (self._clock.now() - record.created_at).total_seconds()
+            if age < _UNLAUNCHED_GRACE_S:
+                return False
+            reason = f"no supervisor was started for {int(age)} s after the job was created"
+        elif alive is False:
+            reason = (f"its supervisor (pid {record.handle.get('pid')}) exited without reporting "
+                      "an end state: it was killed, or the machine restarted")
+        else:
+            return False
+        current = self.metadata.get_job(record.name)
+        if current.is_terminal:
+            return False
+        status = JobStatus.STOPPED if current.status == JobStatus.STOPPING else JobStatus.FAILED
+        try:
+            self.transition(record.name, status, failure_kind=FailureKind.SUPERVISOR_LOST,
+                            reason=reason)
+        except InvalidTransitionError:
+            return False
+        return True

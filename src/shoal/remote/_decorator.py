@@ -1,0 +1,77 @@
+"""``@remote``: each call of the decorated function is one tracked job.
+
+The decorator records intent only; the call submits, streams the job's log, and returns the
+result or re-raises the function's own exception with the remote traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from shoal.remote._options import RemoteOptions
+
+__all__ = ["remote"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _session(options: RemoteOptions) -> Any:
+    from shoal.session import current
+
+    return options.sagemaker_session or current()
+
+
+def _stream(chunk: bytes) -> None:
+    # The job's output is the user's data: it goes to the caller's stdout as it arrives.
+    out = sys.stdout
+    out.write(chunk.decode(errors="replace"))
+    out.flush()
+
+
+def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, ...],
+            kwargs: dict[str, Any], *, stream: bool) -> Any:
+    session = _session(options)
+    spec = options.build_spec(func, session)
+    service = session.jobs
+    record = service.submit_function(spec, func, args, kwargs)
+    record = service.wait(record.name, on_output=_stream if stream else None)
+    return service.outcome(record)
+
+
+@overload
+def remote(_func: F) -> F: ...
+@overload
+def remote(_func: None = None, **kwargs: Any) -> Callable[[F], F]: ...
+
+
+def remote(_func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+    """Run each call of the function as a job (SageMaker's ``@remote``, same arguments).
+
+    Example:
+        >>> @remote(instance_type="ml.m5.large")   # doctest: +SKIP
+        ... def divide(x, y):
+        ...     return x / y
+        >>> divide(2, 3.0)                          # doctest: +SKIP
+        0.6666666666666666
+    """
+    options = RemoteOptions.from_kwargs(kwargs)
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            return run_job(options, func, args, kw, stream=True)
+
+        wrapper.__shoal_options__ = options  # type: ignore[attr-defined]
+        return wrapper
+
+    if _func is not None:
+        if not callable(_func):
+            from shoal.errors import InvalidArgumentError
+
+            raise InvalidArgumentError("@remote decorates a function; got "
+                                       f"{type(_func).__name__}")
+        return decorate(_func)
+    return decorate

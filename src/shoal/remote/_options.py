@@ -1,0 +1,265 @@
+"""RemoteOptions: the knobs of @remote and RemoteExecutor, declared once, under SageMaker's
+names, resolved against the defaults files (explicit > user file > admin file > default)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shoal.core.clock import RandomIdFactory
+from shoal.core.jobs import JobKind, JobName, JobSpec
+from shoal.core.resources import resolve_instance_type
+from shoal.errors import InvalidArgumentError, ResourceUnavailableError
+
+__all__ = ["UNSET", "RemoteOptions"]
+
+
+class _Unset:
+    """Distinguishes 'not passed' from None (httpx's UseClientDefault)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+
+# SageMaker parameter -> config key under RemoteFunction.
+_CONFIG_KEYS = {
+    "dependencies": "Dependencies",
+    "pre_execution_commands": "PreExecutionCommands",
+    "pre_execution_script": "PreExecutionScript",
+    "environment_variables": "EnvironmentVariables",
+    "image_uri": "ImageUri",
+    "include_local_workdir": "IncludeLocalWorkDir",
+    "custom_file_filter": "CustomFileFilter",
+    "instance_type": "InstanceType",
+    "job_conda_env": "JobCondaEnvironment",
+    "role": "RoleArn",
+    "s3_kms_key": "S3KmsKeyId",
+    "s3_root_uri": "S3RootUri",
+    "tags": "Tags",
+    "volume_kms_key": "VolumeKmsKeyId",
+    "encrypt_inter_container_traffic": "EnableInterContainerTrafficEncryption",
+}
+# Settings that mean something on SageMaker only: kept on the record, reported once.
+_INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "subnets",
+          "security_group_ids", "encrypt_inter_container_traffic", "volume_size",
+          "use_spot_instances", "max_wait_time_in_seconds")
+# Features that arrive with later issues: refused clearly rather than ignored.
+_NOT_YET = {
+    "pre_execution_commands": "#3", "pre_execution_script": "#3", "include_local_workdir": "#3",
+    "custom_file_filter": "#3", "job_conda_env": "#3", "keep_alive_period_in_seconds": "#3",
+    "spark_config": "a later issue", "use_torchrun": "#4", "use_mpirun": "#4",
+    "nproc_per_node": "#4",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """Everything ``@remote`` and ``RemoteExecutor`` accept, under SageMaker's names."""
+
+    dependencies: Any = UNSET
+    pre_execution_commands: Any = UNSET
+    pre_execution_script: Any = UNSET
+    environment_variables: Any = UNSET
+    image_uri: Any = UNSET
+    include_local_workdir: Any = UNSET
+    custom_file_filter: Any = UNSET
+    instance_count: int = 1
+    instance_type: Any = UNSET
+    job_conda_env: Any = UNSET
+    job_name_prefix: str | None = None
+    keep_alive_period_in_seconds: int = 0
+    max_retry_attempts: int = 1
+    max_runtime_in_seconds: int = 24 * 3600
+    role: Any = UNSET
+    s3_kms_key: Any = UNSET
+    s3_root_uri: Any = UNSET
+    sagemaker_session: Any = None
+    security_group_ids: Any = UNSET
+    subnets: Any = UNSET
+    tags: Any = UNSET
+    volume_kms_key: Any = UNSET
+    volume_size: Any = UNSET
+    encrypt_inter_container_traffic: Any = UNSET
+    spark_config: Any = UNSET
+    use_spot_instances: Any = UNSET
+    max_wait_time_in_seconds: Any = UNSET
+    use_torchrun: bool = False
+    use_mpirun: bool = False
+    nproc_per_node: Any = UNSET
+    disable_output_compression: bool = False
+    allow_cpu_fallback: bool = False
+    stop_grace_period_in_seconds: float = 10.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RemoteOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown argument(s) {', '.join(unknown)}; @remote and RemoteExecutor accept "
+                f"SageMaker's names: {', '.join(sorted(names - {'extra'}))}", arguments=unknown)
+        opts = cls(**kwargs)
+        opts.validate()
+        return opts
+
+    def validate(self) -> None:
+        for name in ("max_runtime_in_seconds", "max_retry_attempts", "instance_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}",
+                                           argument=name)
+        if self.instance_count != 1:
+            raise InvalidArgumentError("instance_count > 1 arrives with torchrun support "
+                                       "(TODO(#4)); use instance_count=1", argument="instance_count")
+        for name, issue in _NOT_YET.items():
+            value = getattr(self, name)
+            if value not in (UNSET, None, False, 0, (), []):
+                raise InvalidArgumentError(
+                    f"{name} is not supported by this version of shoal yet (TODO({issue})); "
+                    "remove it to run the job", argument=name)
+
+    # --- resolution -------------------------------------------------------------------
+
+    def resolve(self, key: str, defaults: Any) -> Any:
+        value = getattr(self, key)
+        if value is not UNSET:
+            return value
+        config_key = _CONFIG_KEYS.get(key)
+        return defaults.get(config_key) if config_key else None
+
+    def build_spec(self, func: Callable[..., Any], session: Any) -> JobSpec:
+        """Turn these options, the session's defaults and *func* into a JobSpec."""
+        defaults = session.defaults
+        for name, issue in _NOT_YET.items():
+            if name in _CONFIG_KEYS and getattr(self, name) is UNSET and \
+                    defaults.get(_CONFIG_KEYS[name]) not in (None, False, [], ""):
+                raise InvalidArgumentError(
+                    f"{_CONFIG_KEYS[name]} is set in {defaults.remote_function[_CONFIG_KEYS[name]].source} "
+                    f"but is not supported by this version of shoal yet (TODO({issue}))",
+                    key=_CONFIG_KEYS[name])
+        instance_type = self.resolve("instance_type", defaults) or "local"
+        itype = resolve_instance_type(instance_type)
+        gpu_note = self._check_gpus(itype.name, itype.gpus)
+        env = self.resolve("environment_variables", defaults) or {}
+        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in env.items()):
+            raise InvalidArgumentError("environment_variables must map str to str",
+                                       argument="environment_variables")
+        inert = {}
+        for name in _INERT:
+            value = self.resolve(name, defaults)
+            if value not in (UNSET, None, False):
+                inert[name] = value
+                session.report_inert(name, f"{name}={value!r} has no effect on the "
+                                           f"{session.settings.backend} backend; it is kept "
+                                           "on the job record")
+        extra: dict[str, Any] = {"sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+        if gpu_note:
+            extra["gpu_fallback"] = gpu_note
+        base = self.job_name_prefix or getattr(func, "__name__", "job")
+        now = datetime.now(UTC)
+        return JobSpec(
+            name=JobName(RandomIdFactory().job_name(base, now)),
+            kind=JobKind.FUNCTION,
+            function_name=f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}",
+            instance_type=itype.name,
+            cpus=float(itype.cpus),
+            memory_mib=int(itype.memory_gib * 1024) or None,
+            gpus=0 if gpu_note else itype.gpus,
+            allow_cpu_fallback=self.allow_cpu_fallback,
+            environment_variables=dict(env),
+            dependencies=self._dependencies(defaults),
+            max_runtime_in_seconds=self.max_runtime_in_seconds,
+            max_retry_attempts=self.max_retry_attempts,
+            stop_grace_period_in_seconds=self.stop_grace_period_in_seconds,
+            tags=self._tags(defaults),
+            python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
+            inert_settings=inert,
+            extra=extra,
+        )
+
+    def _check_gpus(self, name: str, gpus: int) -> str | None:
+        if gpus <= 0:
+            return None
+        have = _visible_gpus()
+        if have >= gpus:
+            return None
+        note = f"{name} asks for {gpus} GPU(s); this machine has {have}"
+        if not self.allow_cpu_fallback:
+            raise ResourceUnavailableError(
+                f"{note}. Pass allow_cpu_fallback=True to run on the CPU instead, or choose a CPU "
+                "instance type such as ml.m5.xlarge", instance_type=name)
+        return f"ran on CPU: {note}"
+
+    def _dependencies(self, defaults: Any) -> str | None:
+        deps = self.resolve("dependencies", defaults)
+        if deps in (None, UNSET):
+            return None
+        if not isinstance(deps, str):
+            raise InvalidArgumentError("dependencies must be a path to requirements.txt",
+                                       argument="dependencies")
+        if deps == "auto_capture" or deps.endswith((".yml", ".yaml")):
+            raise InvalidArgumentError(f"dependencies={deps!r} arrives with runtime "
+                                       "environments (TODO(#3)); give a requirements.txt",
+                                       argument="dependencies")
+        path = Path(deps).expanduser().resolve()
+        if not path.is_file():
+            raise InvalidArgumentError(f"dependencies file {deps} does not exist (looked for "
+                                       f"{path})", argument="dependencies", path=str(path))
+        return str(path)
+
+    def _tags(self, defaults: Any) -> tuple[tuple[str, str], ...]:
+        given = self.tags if self.tags is not UNSET else None
+        tags = _normalise_tags(given)
+        keys = {k for k, _ in tags}
+        # Configured tags are appended unless the key is already given (SageMaker's rule).
+        for k, v in _normalise_tags(defaults.get("Tags")):
+            if k not in keys:
+                tags.append((k, v))
+        return tuple(tags)
+
+
+def _normalise_tags(tags: Any) -> list[tuple[str, str]]:
+    if not tags:
+        return []
+    out = []
+    if isinstance(tags, Mapping):
+        return [(str(k), str(v)) for k, v in tags.items()]
+    if not isinstance(tags, Sequence):
+        raise InvalidArgumentError('tags must be a list of {"Key": ..., "Value": ...}')
+    for t in tags:
+        if isinstance(t, Mapping) and "Key" in t and "Value" in t:
+            out.append((str(t["Key"]), str(t["Value"])))
+        elif isinstance(t, tuple | list) and len(t) == 2:
+            out.append((str(t[0]), str(t[1])))
+        else:
+            raise InvalidArgumentError(f'tag {t!r} must be {{"Key": ..., "Value": ...}}')
+    return out
+
+
+def _visible_gpus() -> int:
+    return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
+
+
+def signature_names() -> list[str]:
+    return [p for p in inspect.signature(RemoteOptions).parameters if p != "extra"]

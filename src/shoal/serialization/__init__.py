@@ -1,0 +1,151 @@
+"""Versioned, HMAC-signed cloudpickle envelopes: bytes in, bytes out, no I/O.
+
+A payload travels as two blobs: ``payload.pkl`` (the pickle) and ``metadata.json``
+(format version, Python version, serializer, HMAC-SHA256 of the pickle under the job's key).
+A payload whose HMAC does not verify is never unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pickle
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.errors import (
+    PayloadIntegrityError,
+    PayloadVersionError,
+    PicklingError,
+    SerializationError,
+)
+
+__all__ = ["FORMAT_VERSION", "Payload", "deserialize", "new_key", "python_version", "serialize"]
+
+FORMAT_VERSION = 1
+SERIALIZER = "cloudpickle"
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def new_key() -> str:
+    import secrets
+
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    data: bytes
+    metadata: bytes
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return json.loads(self.metadata)  # type: ignore[no-any-return]
+
+
+def _sign(key: str, data: bytes) -> str:
+    return hmac.new(bytes.fromhex(key), data, hashlib.sha256).hexdigest()
+
+
+def serialize(obj: object, key: str, *, what: str) -> Payload:
+    """Pickle *obj* and sign it. *what* names the object in errors ("function 'divide'")."""
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # cloudpickle raises many types: TypeError, PicklingError, ...
+        culprit = _find_unpicklable(obj)
+        where = f" ({culprit})" if culprit else ""
+        raise PicklingError(
+            f"cannot pickle the {what}{where}: {type(e).__name__}: {e}. Objects such as locks, "
+            "open files, sockets and database connections cannot be sent to a job; create them "
+            "inside the function instead.", what=what, culprit=culprit,
+        ) from e
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "serializer": SERIALIZER,
+        "python_version": python_version(),
+        "cloudpickle_version": getattr(cloudpickle, "__version__", "?"),
+        "size": len(data),
+        "hmac_sha256": _sign(key, data),
+    }
+    return Payload(data, json.dumps(meta, sort_keys=True).encode())
+
+
+def deserialize(payload: Payload, key: str, *, what: str) -> Any:
+    """Verify and unpickle. Raises before unpickling if anything is off."""
+    try:
+        meta = payload.meta
+    except (ValueError, TypeError) as e:
+        raise PayloadIntegrityError(f"the {what} metadata is not valid JSON: {e}", what=what) from e
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PayloadVersionError(
+            f"the {what} uses payload format {version!r}; this shoal reads format "
+            f"{FORMAT_VERSION}. Use the same shoal version on both sides.", what=what,
+        )
+    if meta.get("serializer") != SERIALIZER:
+        raise PayloadVersionError(f"the {what} was written by serializer "
+                                  f"{meta.get('serializer')!r}, expected {SERIALIZER!r}", what=what)
+    theirs, ours = meta.get("python_version"), python_version()
+    if theirs != ours:
+        raise PayloadVersionError(
+            f"the {what} was pickled on Python {theirs} but this process runs Python {ours}; "
+            "client and job must use the same Python major.minor.", what=what,
+            client_python=theirs, job_python=ours,
+        )
+    expected = meta.get("hmac_sha256", "")
+    if not isinstance(expected, str) or not hmac.compare_digest(_sign(key, payload.data), expected):
+        raise PayloadIntegrityError(
+            f"the {what} failed its HMAC-SHA256 check: it was changed after it was written, or "
+            "signed with another job's key. It was not unpickled.", what=what,
+        )
+    import cloudpickle
+
+    try:
+        return cloudpickle.loads(payload.data)
+    except Exception as e:
+        raise SerializationError(f"cannot unpickle the {what}: {type(e).__name__}: {e}. A module "
+                                 "it needs may be missing in this environment.", what=what) from e
+
+
+def _find_unpicklable(obj: object) -> str | None:
+    """Name the part of *obj* that does not pickle: a closure cell, a global or an argument."""
+    import cloudpickle
+
+    def bad(x: object) -> bool:
+        try:
+            cloudpickle.dumps(x)
+        except Exception:
+            return True
+        return False
+
+    parts: list[tuple[str, object]] = []
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        cells = getattr(obj, "__closure__", None) or ()
+        parts += [(f"closure variable {n!r}", c.cell_contents)
+                  for n, c in zip(code.co_freevars, cells, strict=False) if _cell_ok(c)]
+        glb = getattr(obj, "__globals__", {})
+        parts += [(f"global {n!r}", glb[n]) for n in code.co_names if n in glb]
+    elif isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], dict):
+        args, kwargs = obj
+        parts += [(f"argument {i}", a) for i, a in enumerate(args)]
+        parts += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    for label, value in parts:
+        if bad(value):
+            return f"{label} of type {type(value).__module__}.{type(value).__qualname__}"
+    return None
+
+
+def _cell_ok(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises ValueError
+    except ValueError:
+        return False
+    return True

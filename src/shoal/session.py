@@ -1,0 +1,234 @@
+"""Session: the one place where settings become stores, a backend and services.
+
+Everything below receives its collaborators as arguments. ``current()`` is the default
+session, created lazily; ``with shoal.use(session):`` overrides it for a block.
+
+Example:
+    >>> import shoal
+    >>> s = shoal.Session(home="/tmp/shoal-doc")   # doctest: +SKIP
+    >>> s.jobs.get("divide-241130-120000-ab12cd")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shoal.errors import ConfigError
+
+__all__ = ["Session", "current", "supervisor_main", "use"]
+
+logger = logging.getLogger(__name__)
+_SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
+_SUPERVISOR_PREPARE = "shoal.session:warm_supervisor"
+_PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.storage.sql",
+            "fsspec.implementations.local", "shoal.config:_settings_class")
+
+
+class Session:
+    """Settings, stores, backend and job service for one shoal installation.
+
+    Args:
+        sagemaker_session / boto_session / sagemaker_client: accepted for SageMaker parity
+            and ignored (shoal needs no AWS session).
+        config_files: extra SageMaker-schema defaults files, highest precedence last.
+        **settings: any ``Settings`` field (``home``, ``metadata_url``, ``artifact_url``...).
+    """
+
+    def __init__(self, *, config_files: Sequence[str | os.PathLike[str]] = (),
+                 boto_session: Any = None, sagemaker_client: Any = None,
+                 default_bucket: str | None = None, **settings: Any) -> None:
+        from shoal.config import Settings
+
+        self.settings = Settings(**settings)
+        self._config_files = tuple(Path(p) for p in config_files)
+        self._default_bucket = default_bucket
+        self._lock = threading.RLock()
+        self._defaults: Any = None
+        self._metadata: Any = None
+        self._artifacts: Any = None
+        self._backend: Any = None
+        self._jobs: Any = None
+        self._reported: set[str] = set()
+
+    # --- configuration ----------------------------------------------------------------
+
+    @property
+    def home(self) -> Path:
+        return Path(self.settings.home)
+
+    @property
+    def defaults(self) -> Any:
+        """The SageMaker-schema defaults (admin file < user file < extra files)."""
+        with self._lock:
+            if self._defaults is None:
+                from shoal.config import load_defaults
+
+                files = [("admin", self.settings.admin_config_path()),
+                         ("user", self.settings.user_config_path())]
+                files += [("extra", p) for p in self._config_files]
+                self._defaults = load_defaults(files)
+            return self._defaults
+
+    def report_inert(self, key: str, message: str) -> None:
+        """Warn once per session about a setting that has no effect on this backend."""
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.warning(message)
+
+    # --- collaborators ------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> Any:
+        with self._lock:
+            if self._metadata is None:
+                from shoal.storage.sql import SqlMetadataStore
+
+                url = self.settings.resolved_metadata_url()
+                # The embedded default creates its own database; a configured one is upgraded
+                # explicitly with 'shoal db upgrade'.
+                create = self.settings.metadata_url is None
+                self._metadata = SqlMetadataStore.open(url, create=create)
+            return self._metadata
+
+    @property
+    def artifacts(self) -> Any:
+        with self._lock:
+            if self._artifacts is None:
+                from shoal.storage.artifacts import FsspecArtifactStore
+
+                self._artifacts = FsspecArtifactStore.open(self.settings.resolved_artifact_url())
+            return self._artifacts
+
+    @property
+    def backend(self) -> Any:
+        with self._lock:
+            if self._backend is None:
+                backend = self.settings.backend
+                if backend != "local":
+                    raise ConfigError(f"backend {backend!r} is not available yet (TODO(#9)); "
+                                      "use 'local'", backend=backend)
+                from shoal.backends.local import LocalBackend
+
+                self._backend = LocalBackend(self.home / "run", mode=self.settings.launch_mode,
+                                             idle_seconds=self.settings.launcher_idle_seconds,
+                                             preload=_PRELOAD)
+            return self._backend
+
+    @property
+    def jobs(self) -> Any:
+        """The JobService of this session."""
+        with self._lock:
+            if self._jobs is None:
+                from shoal.jobs.service import JobService
+
+                self._jobs = JobService(self.metadata, self.artifacts, self.backend,
+                                        supervisor_entrypoint=_SUPERVISOR_ENTRY,
+                                        supervisor_prepare=_SUPERVISOR_PREPARE,
+                                        supervisor_env=self.supervisor_env())
+            return self._jobs
+
+    def supervisor_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+        env["SHOAL_HOME"] = str(self.home)
+        env["SHOAL_METADATA_URL"] = self.settings.resolved_metadata_url()
+        env["SHOAL_ARTIFACT_URL"] = self.settings.resolved_artifact_url()
+        env["SHOAL_MAX_SLOTS"] = str(self.max_slots)
+        env["SHOAL_JOB_PROCESS"] = self.settings.job_process
+        return env
+
+    @property
+    def max_slots(self) -> int:
+        return int(self.settings.max_slots or os.cpu_count() or 1)
+
+    # --- SageMaker parity -------------------------------------------------------------
+
+    def default_bucket(self) -> str:
+        """The artifact root (SageMaker returns an S3 bucket name)."""
+        return self._default_bucket or self.settings.resolved_artifact_url()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._metadata is not None:
+                self._metadata.close()
+                self._metadata = None
+            if self._backend is not None:
+                self._backend.close()
+            self._jobs = None
+
+
+_default: Session | None = None
+_default_lock = threading.Lock()
+_override: contextvars.ContextVar[Session | None] = contextvars.ContextVar("shoal_session",
+                                                                         default=None)
+
+
+def current() -> Session:
+    """The session in effect: the one given to ``use()``, else the lazily built default."""
+    session = _override.get()
+    if session is not None:
+        return session
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Session()
+        return _default
+
+
+@contextlib.contextmanager
+def use(session: Session) -> Iterator[Session]:
+    token = _override.set(session)
+    try:
+        yield session
+    finally:
+        _override.reset(token)
+
+
+_SUPERVISOR_SETTINGS = {"SHOAL_HOME": "home", "SHOAL_METADATA_URL": "metadata_url",
+                        "SHOAL_ARTIFACT_URL": "artifact_url", "SHOAL_MAX_SLOTS": "max_slots",
+                        "SHOAL_JOB_PROCESS": "job_process"}
+_WARM: dict[tuple[tuple[str, str], ...], Session] = {}
+
+
+def _warm_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, env[k]) for k in _SUPERVISOR_SETTINGS if k in env))
+
+
+def warm_supervisor(env: Mapping[str, str]) -> None:
+    """In the launcher, before it forks: build and warm the session a supervisor will use.
+
+    The forked supervisor inherits imported modules, the Settings class and SQLAlchemy's
+    compiled statements; connections are closed first, so none crosses the fork.
+    """
+    key = _warm_key(env)
+    session = _WARM.get(key)
+    if session is None:
+        kwargs = {_SUPERVISOR_SETTINGS[k]: v for k, v in key}
+        session = Session(**kwargs)
+        session.jobs.metadata.find_job("shoal-warm-up")
+        _WARM[key] = session
+    session.metadata.close()  # dispose pooled connections; the engine and its caches stay
+
+
+def supervisor_main(job: str) -> int:
+    """Entry point of a job's supervisor process (forked by the launcher or spawned)."""
+    from shoal.jobs.driver import Supervisor
+    from shoal.jobs.slots import SlotPool
+
+    session = _WARM.get(_warm_key(os.environ)) or Session()
+    try:
+        supervisor = Supervisor(session.jobs, work_root=session.home / "work",
+                                slots=SlotPool(session.home / "slots", session.max_slots),
+                                fork=session.settings.job_process == "fork")
+        return supervisor.run(job)
+    finally:
+        session.close()
+        sys.stdout.flush()
+

@@ -1,0 +1,142 @@
+"""Artifact store over fsspec: ``file://``, ``memory://``, ``s3://`` and any other fsspec URL.
+
+Writes are atomic: on local disk a temporary file is renamed into place; object stores make a
+single PUT visible whole. Readers never see half an artifact.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.errors import ArtifactNotFound, ArtifactStoreError
+
+__all__ = ["FsspecArtifactStore", "job_key"]
+
+
+def job_key(job: str, *parts: str) -> str:
+    """``<job>/<part>/...``: the per-job layout of ARCHITECTURE.md."""
+    return "/".join((job, *parts))
+
+
+class FsspecArtifactStore:
+    """Bytes under keys below a root URL."""
+
+    def __init__(self, fs: Any, root_path: str, root_url: str) -> None:
+        self._fs = fs
+        self._root_path = root_path.rstrip("/")
+        self._root_url = root_url.rstrip("/")
+        self._local = "file" in _protocols(fs)
+
+    @classmethod
+    def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> FsspecArtifactStore:
+        import fsspec.core
+
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        except (ImportError, ValueError) as e:
+            raise ArtifactStoreError(f"cannot open artifact store {url!r}: {e}. For s3:// "
+                                     "install shoal[s3].", url=url) from e
+        if "file" in _protocols(fs):
+            os.makedirs(path, exist_ok=True)
+        return cls(fs, path, url)
+
+    @property
+    def root(self) -> str:
+        return self._root_url
+
+    def uri(self, key: str) -> str:
+        return f"{self._root_url}/{key}"
+
+    def local_path(self, key: str) -> str | None:
+        """The file's path on this machine, when the store is local disk."""
+        return self._path(key) if self._local else None
+
+    def _path(self, key: str) -> str:
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise ArtifactStoreError(f"invalid artifact key {key!r}", key=key)
+        return f"{self._root_path}/{key}"
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            if self._local:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            else:
+                self._fs.pipe_file(path, data)
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot write {self.uri(key)}: {e}", key=key) from e
+
+    def get_bytes(self, key: str) -> bytes:
+        return self.read_range(key, 0)
+
+    def read_range(self, key: str, start: int) -> bytes:
+        path = self._path(key)
+        try:
+            if self._local:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    return f.read()
+            if start:
+                size = self._fs.size(path)
+                if start >= size:
+                    return b""
+                return bytes(self._fs.cat_file(path, start=start))
+            return bytes(self._fs.cat_file(path))
+        except FileNotFoundError as e:
+            raise ArtifactNotFound(f"no artifact at {self.uri(key)}", key=key) from e
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot read {self.uri(key)}: {e}", key=key) from e
+
+    def exists(self, key: str) -> bool:
+        path = self._path(key)
+        if self._local:
+            return os.path.exists(path)
+        try:
+            self._fs.invalidate_cache(path)
+            return bool(self._fs.exists(path))
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot check {self.uri(key)}: {e}", key=key) from e
+
+    def list_keys(self, prefix: str) -> list[str]:
+        path = self._path(prefix)
+        try:
+            self._fs.invalidate_cache(path)
+            found = self._fs.find(path)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot list {self.uri(prefix)}: {e}", key=prefix) from e
+        root = self._fs._strip_protocol(self._root_path).rstrip("/") + "/"
+        out = []
+        for p in found:
+            p = self._fs._strip_protocol(p)
+            if ".tmp-" in p.rsplit("/", 1)[-1]:
+                continue
+            out.append(p[len(root):] if p.startswith(root) else p)
+        return sorted(out)
+
+    def delete_prefix(self, prefix: str) -> None:
+        path = self._path(prefix)
+        try:
+            if self._fs.exists(path):
+                self._fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot delete {self.uri(prefix)}: {e}", key=prefix) from e
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
