@@ -3,7 +3,6 @@
     ShoalError
     ├── ConfigError
     ├── InvalidArgumentError (also ValueError)
-    │   └── PicklingError            an object the job needs cannot be pickled
     ├── NotFoundError
     │   ├── JobNotFound
     │   ├── RunNotFound
@@ -17,6 +16,8 @@
     │   └── MetadataStoreError
     │       └── SchemaOutOfDateError
     ├── SerializationError
+    │   ├── PicklingError            an object the job needs cannot be pickled
+    │   │                            (also an InvalidArgumentError)
     │   ├── PayloadVersionError
     │   └── PayloadIntegrityError
     ├── RuntimeEnvError
@@ -111,10 +112,6 @@ class InvalidArgumentError(ShoalError, ValueError):
     http_status = 400
 
 
-class PicklingError(InvalidArgumentError):
-    code = "NOT_PICKLABLE"
-
-
 class NotFoundError(ShoalError):
     code = "NOT_FOUND"
     http_status = 404
@@ -169,6 +166,11 @@ class SchemaOutOfDateError(MetadataStoreError):
 
 class SerializationError(ShoalError):
     code = "SERIALIZATION_ERROR"
+    http_status = 400
+
+
+class PicklingError(SerializationError, InvalidArgumentError):
+    code = "NOT_PICKLABLE"
     http_status = 400
 
 

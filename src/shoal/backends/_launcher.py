@@ -120,11 +120,24 @@ def _handle(conn: socket.socket, server: socket.socket) -> dict[str, Any]:
     return {"pid": pid, "start_ticks": start_ticks(pid)}
 
 
+def _detach() -> None:
+    """Fork; the parent prints the child's pid and exits, so the caller can reap it at once
+    and the child is adopted by init (no zombie, no Popen left running in the client)."""
+    pid = os.fork()
+    if pid:
+        sys.stdout.write(f"{pid}\n")
+        sys.stdout.flush()
+        os._exit(0)
+    os.dup2(2, 1)  # the daemon's stdout joins its log (stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "serve":
+        _detach()
         return serve(args[1], float(args[2]), args[3:])
     if args and args[0] == "run":
+        _detach()
         return int(resolve_entrypoint(args[1])(*args[2:]) or 0)
     sys.stderr.write("usage: python -m shoal.backends._launcher serve|run ...\n")
     return 2

@@ -50,7 +50,6 @@ class LocalBackend:
         self._idle = idle_seconds
         self._preload = preload
         self._fingerprint: str | None = None
-        self._children: list[subprocess.Popen[bytes]] = []
 
     @property
     def mode(self) -> LaunchMode:
@@ -71,18 +70,10 @@ class LocalBackend:
         return LaunchInfo("local", int(reply["pid"]), socket.gethostname(), reply.get("start_ticks"))
 
     def _spawn(self, ctx: ExecContext, log_path: str) -> LaunchInfo:
-        with open(log_path, "ab") as log:
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "shoal.backends._launcher", "run", ctx.entrypoint,
-                     *ctx.args],
-                    env=dict(ctx.env), cwd=ctx.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as e:
-                raise LaunchError(f"cannot start the supervisor of job {ctx.job!r}: {e}",
-                                  job=ctx.job) from e
-        self._children = [p for p in self._children if p.poll() is None] + [proc]
-        return LaunchInfo("local", proc.pid, socket.gethostname(), start_ticks(proc.pid))
+        pid = _start_detached(
+            [sys.executable, "-m", "shoal.backends._launcher", "run", ctx.entrypoint, *ctx.args],
+            log_path, env=dict(ctx.env), cwd=ctx.cwd, what=f"the supervisor of job {ctx.job!r}")
+        return LaunchInfo("local", pid, socket.gethostname(), start_ticks(pid))
 
     def _socket_path(self) -> str:
         if self._fingerprint is None:
@@ -117,22 +108,21 @@ class LocalBackend:
             with contextlib.suppress(OSError):
                 if _send(path, {"op": "ping"}).get("ok"):
                     return  # another client started it while we waited for the lock
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "shoal.backends._launcher", "serve", path,
-                     str(self._idle), *self._preload],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, env=_launcher_env())
+            pid = _start_detached(
+                [sys.executable, "-m", "shoal.backends._launcher", "serve", path,
+                 str(self._idle), *self._preload],
+                str(log_path), env=_launcher_env(), cwd=None, what="the launcher")
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    tail = log_path.read_text(errors="replace")[-2000:]
-                    raise LaunchError(f"the launcher exited with code {proc.returncode} while "
-                                      f"starting; its log ({log_path}) ends with:\n{tail}")
                 if os.path.exists(path):
                     return
+                if process_state(pid) in (None, "Z", "X"):
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise LaunchError(f"the launcher (pid {pid}) exited while starting; its log "
+                                      f"({log_path}) ends with:\n{tail}")
                 time.sleep(0.01)  # bounded poll on an external process starting up
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             raise LaunchError(f"the launcher did not start within 60 s; see {log_path}")
 
     def shutdown_launcher(self) -> None:
@@ -162,9 +152,24 @@ class LocalBackend:
                 os.kill(int(handle["pid"]), signal.SIGTERM)
 
     def close(self) -> None:
-        for proc in self._children:
-            proc.poll()
-        self._children = [p for p in self._children if p.returncode is None]
+        """Nothing to release: supervisors and the launcher are detached on purpose."""
+
+
+def _start_detached(argv: list[str], log_path: str, *, env: dict[str, str], cwd: str | None,
+                    what: str) -> int:
+    """Run *argv* (which forks and prints the daemon's pid), reap it, return the daemon pid."""
+    with open(log_path, "ab") as log:
+        try:
+            done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                  timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise LaunchError(f"cannot start {what}: {e}") from e
+    try:
+        return int(done.stdout.split()[0])
+    except (IndexError, ValueError):
+        raise LaunchError(f"cannot start {what} (exit code {done.returncode}); see {log_path}",
+                          log=log_path) from None
 
 
 def _launcher_env() -> dict[str, str]:

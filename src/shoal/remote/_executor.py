@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import queue
 import threading
@@ -136,7 +137,7 @@ class RemoteExecutor(Executor):
                     self._pending.remove(future)
             if not future.set_running_or_notify_cancel():
                 continue
-            future._settle(lambda: self._run(future, session, spec, fn, args, kwargs))
+            future._settle(functools.partial(self._run, future, session, spec, fn, args, kwargs))
 
     @staticmethod
     def _run(future: RemoteFuture, session: Any, spec: Any, fn: Callable[..., Any],

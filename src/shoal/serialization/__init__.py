@@ -57,7 +57,7 @@ def serialize(obj: object, key: str, *, what: str) -> Payload:
     import cloudpickle
 
     try:
-        data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _dumps(obj)
     except Exception as e:  # cloudpickle raises many types: TypeError, PicklingError, ...
         culprit = _find_unpicklable(obj)
         where = f" ({culprit})" if culprit else ""
@@ -75,6 +75,49 @@ def serialize(obj: object, key: str, *, what: str) -> Payload:
         "hmac_sha256": _sign(key, data),
     }
     return Payload(data, json.dumps(meta, sort_keys=True).encode())
+
+
+_PICKLER: Any = None
+
+
+def _pickler_class() -> Any:
+    """cloudpickle's Pickler, keeping each code object's file name.
+
+    cloudpickle replaces ``co_filename`` with ``<dynamic-code>`` for deterministic payloads;
+    we keep it, so a remote traceback shows the user's own source lines.
+    """
+    global _PICKLER
+    if _PICKLER is None:
+        import types
+        from collections import ChainMap
+
+        import cloudpickle
+        from cloudpickle import cloudpickle as impl
+
+        reduce_code = getattr(impl, "_code_reduce", None)
+        if reduce_code is None:  # pragma: no cover - a cloudpickle without that hook
+            _PICKLER = cloudpickle.Pickler
+            return _PICKLER
+
+        def keep_filename(code: types.CodeType) -> Any:
+            fn, args = reduce_code(code)
+            args = tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+            return fn, args
+
+        class ShoalPickler(cloudpickle.Pickler):  # type: ignore[misc]
+            dispatch_table = ChainMap({types.CodeType: keep_filename},
+                                      cloudpickle.Pickler.dispatch_table)
+
+        _PICKLER = ShoalPickler
+    return _PICKLER
+
+
+def _dumps(obj: object) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    _pickler_class()(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
 
 
 def deserialize(payload: Payload, key: str, *, what: str) -> Any:
@@ -116,11 +159,9 @@ def deserialize(payload: Payload, key: str, *, what: str) -> Any:
 
 def _find_unpicklable(obj: object) -> str | None:
     """Name the part of *obj* that does not pickle: a closure cell, a global or an argument."""
-    import cloudpickle
-
     def bad(x: object) -> bool:
         try:
-            cloudpickle.dumps(x)
+            _dumps(x)
         except Exception:
             return True
         return False

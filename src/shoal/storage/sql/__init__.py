@@ -264,8 +264,10 @@ class SqlMetadataStore:
 
     def set_handle(self, name: str, handle: Mapping[str, Any]) -> None:
         with self._tx(write=True) as c:
-            c.execute(jobs.update().where(jobs.c.name == name)
-                      .values(handle=json.dumps(dict(handle))))
+            result = c.execute(jobs.update().where(jobs.c.name == name)
+                               .values(handle=json.dumps(dict(handle))))
+        if result.rowcount == 0:
+            raise JobNotFound(f"no job named {name!r}", job=name)
 
     def delete_all(self) -> None:
         """Remove every row (test clean-up on a shared PostgreSQL database)."""

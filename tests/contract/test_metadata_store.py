@@ -1,0 +1,501 @@
+"""One contract suite for the SQL metadata store on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from helpers import fresh_postgres_database
+from shoal.core import (
+    FailureKind,
+    JobEvent,
+    JobName,
+    JobQuery,
+    JobSpec,
+    JobStatus,
+    MetadataStore,
+)
+from shoal.errors import (
+    AlreadyExistsError,
+    InvalidTransitionError,
+    JobNotFound,
+    MetadataStoreError,
+    SchemaOutOfDateError,
+)
+from shoal.storage.sql import SCHEMA_REVISION, SqlMetadataStore, upgrade_schema
+
+S = JobStatus
+T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+class FakeClock:
+    """A clock that moves only when told to (thread-safe)."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float = 1.0) -> datetime:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now
+
+
+@dataclass
+class Ctx:
+    store: SqlMetadataStore
+    clock: FakeClock
+    url: str
+    prefix: str  # unique per test: the PostgreSQL database is shared by a worker's tests
+
+    def name(self, suffix: str = "") -> JobName:
+        return JobName(f"{self.prefix}-{suffix or uuid.uuid4().hex[:8]}")
+
+    def create(self, suffix: str = "", **spec: object) -> JobName:
+        name = self.name(suffix)
+        self.store.create_job(JobSpec(name=name, **spec), secret=f"secret-{name}",  # type: ignore[arg-type]
+                              backend="local")
+        return name
+
+    def mine(self, **query: object) -> list[str]:
+        q = JobQuery(name_prefix=self.prefix + "-", limit=10_000, **query)  # type: ignore[arg-type]
+        return [r.name for r in self.store.list_jobs(q)]
+
+
+def _sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return _sqlite_url(tmp_path)
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def ctx(db_url: str) -> Iterator[Ctx]:
+    clock = FakeClock()
+    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
+    try:
+        yield Ctx(store, clock, db_url, f"t{uuid.uuid4().hex[:10]}")
+    finally:
+        try:
+            store.delete_all()  # each worker has its own PostgreSQL database
+        finally:
+            store.close()
+
+
+# --- create / get / find ------------------------------------------------------------------
+
+def test_is_a_metadata_store(ctx: Ctx) -> None:
+    assert isinstance(ctx.store, MetadataStore)
+
+
+def test_create_get_find(ctx: Ctx) -> None:
+    name = ctx.name("a")
+    spec = JobSpec(name=name, function_name="mod:f", instance_type="ml.m5.large", cpus=2.0,
+                   environment_variables={"A": "1"}, tags=(("team", "ml"),),
+                   inert_settings={"RoleArn": "arn:x"}, python_version="3.11")
+    created = ctx.store.create_job(spec, secret="s3cr3t", backend="local")
+    assert created.name == name
+    assert created.spec == spec
+    assert created.status is S.PENDING
+    assert created.created_at == created.updated_at == T0
+    assert created.started_at is None and created.ended_at is None
+    assert created.backend == "local"
+    assert created.attempt == 0 and dict(created.handle) == {}
+    assert created.failure_kind is None and created.failure_reason is None
+    assert created.events == (JobEvent(S.PENDING, T0, None),)
+    assert ctx.store.get_job(name) == created
+    assert ctx.store.find_job(name) == created
+    assert ctx.store.find_job(ctx.name("missing")) is None
+
+
+def test_duplicate_name(ctx: Ctx) -> None:
+    name = ctx.create("dup")
+    with pytest.raises(AlreadyExistsError) as info:
+        ctx.store.create_job(JobSpec(name=name), secret="x", backend="local")
+    assert name in str(info.value) and info.value.details["job"] == name
+    assert ctx.store.get_job_secret(name) == f"secret-{name}"
+
+
+def test_get_missing(ctx: Ctx) -> None:
+    missing = ctx.name("missing")
+    with pytest.raises(JobNotFound) as info:
+        ctx.store.get_job(missing)
+    assert missing in str(info.value)
+    with pytest.raises(JobNotFound):
+        ctx.store.get_job_secret(missing)
+    with pytest.raises(JobNotFound):
+        ctx.store.update_job(missing, status=S.STARTING)
+    with pytest.raises(JobNotFound):
+        ctx.store.set_handle(missing, {"pid": 1})
+
+
+def test_get_job_secret(ctx: Ctx) -> None:
+    a, b = ctx.create("a"), ctx.create("b")
+    assert ctx.store.get_job_secret(a) == f"secret-{a}"
+    assert ctx.store.get_job_secret(b) == f"secret-{b}"
+
+
+# --- update_job ---------------------------------------------------------------------------
+
+def test_lifecycle_timestamps_and_events(ctx: Ctx) -> None:
+    name = ctx.create("life")
+    t1 = ctx.clock.advance(1.5)
+    rec = ctx.store.update_job(name, status=S.STARTING, expected=S.PENDING, reason="launched")
+    assert rec.status is S.STARTING and rec.updated_at == t1 and rec.started_at is None
+    t2 = ctx.clock.advance(2)
+    rec = ctx.store.update_job(name, status=S.RUNNING, expected=S.STARTING)
+    assert rec.started_at == t2 and rec.ended_at is None and not rec.is_terminal
+    t3 = ctx.clock.advance(10.25)
+    rec = ctx.store.update_job(name, status=S.COMPLETED, expected=S.RUNNING, exit_code=0)
+    assert rec.status is S.COMPLETED and rec.is_terminal
+    assert (rec.created_at, rec.started_at, rec.ended_at, rec.updated_at) == (T0, t2, t3, t3)
+    assert rec.duration_seconds == pytest.approx(10.25)
+    assert rec.exit_code == 0 and rec.failure_kind is None and rec.failure_reason is None
+    assert rec.events == (JobEvent(S.PENDING, T0), JobEvent(S.STARTING, t1, "launched"),
+                          JobEvent(S.RUNNING, t2), JobEvent(S.COMPLETED, t3))
+    assert ctx.store.get_job(name) == rec
+
+
+def test_retry_keeps_the_first_start(ctx: Ctx) -> None:
+    name = ctx.create("retry")
+    ctx.store.update_job(name, status=S.STARTING)
+    t_run = ctx.clock.advance()
+    ctx.store.update_job(name, status=S.RUNNING)
+    ctx.clock.advance()
+    ctx.store.update_job(name, status=S.PENDING, reason="retrying", attempt=1)
+    ctx.store.update_job(name, status=S.STARTING)
+    ctx.clock.advance()
+    rec = ctx.store.update_job(name, status=S.RUNNING)
+    assert rec.started_at == t_run and rec.attempt == 1
+    assert [e.status for e in rec.events] == [S.PENDING, S.STARTING, S.RUNNING, S.PENDING,
+                                              S.STARTING, S.RUNNING]
+
+
+def test_stop_path(ctx: Ctx) -> None:
+    name = ctx.create("stop")
+    ctx.store.update_job(name, status=S.STOPPING, reason="user asked")
+    t = ctx.clock.advance()
+    rec = ctx.store.update_job(name, status=S.STOPPED)
+    assert rec.ended_at == t and rec.started_at is None and rec.duration_seconds is None
+
+
+@pytest.mark.parametrize(("path", "bad"), [
+    ((), S.COMPLETED),
+    ((), S.RUNNING),
+    ((S.STARTING, S.RUNNING, S.COMPLETED), S.RUNNING),
+    ((S.FAILED,), S.PENDING),
+    ((S.STOPPED,), S.FAILED),
+])
+def test_forbidden_transition(ctx: Ctx, path: tuple[JobStatus, ...], bad: JobStatus) -> None:
+    name = ctx.create("bad")
+    for status in path:
+        ctx.clock.advance()
+        ctx.store.update_job(name, status=status)
+    before = ctx.store.get_job(name)
+    ctx.clock.advance()
+    with pytest.raises(InvalidTransitionError) as info:
+        ctx.store.update_job(name, status=bad)
+    assert name in str(info.value)
+    assert ctx.store.get_job(name) == before
+
+
+def test_expected_status_mismatch(ctx: Ctx) -> None:
+    name = ctx.create("cas")
+    before = ctx.store.get_job(name)
+    with pytest.raises(InvalidTransitionError) as info:
+        ctx.store.update_job(name, status=S.RUNNING, expected=S.STARTING)
+    assert info.value.details == {"job": name, "current": "pending", "new": "running"}
+    # even though pending -> failed is allowed, a stale expectation must not apply it
+    with pytest.raises(InvalidTransitionError):
+        ctx.store.update_job(name, status=S.FAILED, expected=S.RUNNING)
+    assert ctx.store.get_job(name) == before
+
+
+def test_only_one_of_two_racing_updates_wins(ctx: Ctx) -> None:
+    name = ctx.create("race")
+    ctx.store.update_job(name, status=S.STARTING)
+    ctx.store.update_job(name, status=S.RUNNING)
+    barrier = threading.Barrier(2)
+
+    def finish(status: JobStatus) -> str:
+        barrier.wait(timeout=30)
+        try:
+            ctx.store.update_job(name, status=status, expected=S.RUNNING)
+        except InvalidTransitionError:
+            return "lost"
+        return "won"
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(finish, [S.COMPLETED, S.FAILED]))
+    assert sorted(results) == ["lost", "won"]
+    rec = ctx.store.get_job(name)
+    assert rec.is_terminal and rec.events[-1].status is rec.status
+    assert len(rec.events) == 4
+
+
+def test_failure_fields(ctx: Ctx) -> None:
+    name = ctx.create("fail")
+    ctx.store.update_job(name, status=S.STARTING)
+    ctx.store.update_job(name, status=S.RUNNING, env_setup_seconds=1.25,
+                         handle={"pid": 4242, "host": "h", "start_ticks": 99})
+    t = ctx.clock.advance(3)
+    rec = ctx.store.update_job(name, status=S.FAILED, reason="ZeroDivisionError: division by zero",
+                               failure_kind=FailureKind.USER_ERROR, exit_code=1, attempt=2)
+    assert rec.failure_kind is FailureKind.USER_ERROR
+    assert rec.failure_reason == "ZeroDivisionError: division by zero"
+    assert rec.exit_code == 1 and rec.attempt == 2 and rec.env_setup_seconds == 1.25
+    assert dict(rec.handle) == {"pid": 4242, "host": "h", "start_ticks": 99}
+    assert rec.ended_at == t
+    assert rec.events[-1] == JobEvent(S.FAILED, t, "ZeroDivisionError: division by zero")
+    assert ctx.store.get_job(name) == rec
+
+
+def test_same_status_update_changes_fields_without_an_event(ctx: Ctx) -> None:
+    name = ctx.create("same")
+    ctx.store.update_job(name, status=S.STARTING)
+    rec = ctx.store.update_job(name, status=S.STARTING, handle={"pid": 1})
+    assert dict(rec.handle) == {"pid": 1}
+    assert [e.status for e in rec.events] == [S.PENDING, S.STARTING]
+
+
+def test_set_handle(ctx: Ctx) -> None:
+    name = ctx.create("handle")
+    ctx.store.set_handle(name, {"backend": "local", "pid": 12, "host": "box", "start_ticks": 7})
+    rec = ctx.store.get_job(name)
+    assert dict(rec.handle) == {"backend": "local", "pid": 12, "host": "box", "start_ticks": 7}
+    assert rec.status is S.PENDING and len(rec.events) == 1
+
+
+# --- queries ------------------------------------------------------------------------------
+
+def test_list_jobs_filters(ctx: Ctx) -> None:
+    names = []
+    for i in range(5):
+        ctx.clock.advance()
+        names.append(ctx.create(f"grp-{i}"))
+    t_other = ctx.clock.advance()
+    other = ctx.create("other")
+    ctx.store.update_job(names[1], status=S.STARTING)
+    ctx.store.update_job(names[2], status=S.FAILED, reason="x")
+    ctx.store.update_job(names[3], status=S.STOPPED)
+
+    assert ctx.mine() == [other, *reversed(names)]  # newest first
+    assert ctx.mine(limit=2) == [other, names[4]]
+    assert ctx.mine(statuses=[S.PENDING]) == [other, names[4], names[0]]
+    assert ctx.mine(statuses=[S.FAILED, S.STOPPED]) == [names[3], names[2]]
+    assert ctx.mine(created_after=t_other) == [other]
+    assert ctx.mine(created_after=t_other + timedelta(seconds=1)) == []
+    assert [r.name for r in ctx.store.list_jobs(
+        JobQuery(name_prefix=f"{ctx.prefix}-grp-", limit=100))] == list(reversed(names))
+    assert [r.name for r in ctx.store.list_jobs(
+        JobQuery(name_contains=f"{ctx.prefix}-oth", limit=100))] == [other]
+    listed = ctx.store.list_jobs(JobQuery(name_prefix=names[2], limit=10))
+    assert len(listed) == 1 and listed[0].status is S.FAILED
+    assert listed[0].failure_reason == "x"
+
+
+def test_list_jobs_prefix_is_literal(ctx: Ctx) -> None:
+    a = ctx.create("a_b-1")
+    ctx.create("aXb-1")
+    ctx.create("a%b-1")
+    assert [r.name for r in ctx.store.list_jobs(JobQuery(name_prefix=f"{ctx.prefix}-a_b"))] == [a]
+
+
+def test_list_jobs_same_second_is_ordered_by_name(ctx: Ctx) -> None:
+    names = [ctx.create(f"same-{i}") for i in range(3)]  # the clock does not move
+    assert ctx.mine() == sorted(names, reverse=True)
+
+
+def test_iter_unfinished(ctx: Ctx) -> None:
+    live = {status: ctx.create(f"live-{status}") for status in (S.PENDING, S.STARTING,
+                                                                 S.RUNNING, S.STOPPING)}
+    ctx.store.update_job(live[S.STARTING], status=S.STARTING)
+    for status in (S.STARTING, S.RUNNING):
+        ctx.store.update_job(live[S.RUNNING], status=status)
+    ctx.store.update_job(live[S.STOPPING], status=S.STOPPING)
+    done = [ctx.create("done-completed"), ctx.create("done-failed"), ctx.create("done-stopped")]
+    for status in (S.STARTING, S.RUNNING, S.COMPLETED):
+        ctx.store.update_job(done[0], status=status)
+    ctx.store.update_job(done[1], status=S.FAILED)
+    ctx.store.update_job(done[2], status=S.STOPPED)
+
+    unfinished = {r.name: r.status for r in ctx.store.iter_unfinished()
+                  if r.name.startswith(ctx.prefix)}
+    assert unfinished == {name: status for status, name in live.items()}
+
+
+# --- concurrency --------------------------------------------------------------------------
+
+def test_threads_create_concurrently(ctx: Ctx) -> None:
+    n_threads, per_thread = 8, 25
+    barrier = threading.Barrier(n_threads)
+
+    def work(t: int) -> None:
+        barrier.wait(timeout=30)
+        for i in range(per_thread):
+            name = ctx.create(f"thr{t}-{i}")
+            ctx.store.update_job(name, status=S.STARTING)
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        for fut in [pool.submit(work, t) for t in range(n_threads)]:
+            fut.result(timeout=120)
+    records = ctx.store.list_jobs(JobQuery(name_prefix=ctx.prefix + "-", limit=10_000))
+    assert len(records) == n_threads * per_thread
+    assert {r.status for r in records} == {S.STARTING}
+    assert all(len(r.events) == 0 for r in records)  # list_jobs does not load events
+    assert len(ctx.store.get_job(records[0].name).events) == 2
+
+
+_WORKER = textwrap.dedent("""
+    import sys
+    from shoal.core import JobName, JobSpec, JobStatus
+    from shoal.storage.sql import SqlMetadataStore
+
+    url, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store = SqlMetadataStore.open(url, create=True)
+    try:
+        for i in range(count):
+            name = JobName(f"{prefix}-{i}")
+            store.create_job(JobSpec(name=name), secret="s", backend="local")
+            store.update_job(name, status=JobStatus.STARTING, expected=JobStatus.PENDING)
+    finally:
+        store.close()
+""")
+
+
+def test_processes_create_concurrently_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh' / 'shoal.db'}"  # no schema yet: all four create it
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, url, f"proc{p}", "25"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for p in range(4)]
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        outputs.append((proc.returncode, err.decode(errors="replace")))
+    for rc, err in outputs:
+        assert "locked" not in err, err
+        assert rc == 0, err
+    store = SqlMetadataStore.open(url)
+    try:
+        records = store.list_jobs(JobQuery(limit=10_000))
+    finally:
+        store.close()
+    assert len(records) == 100
+    assert {r.status for r in records} == {S.STARTING}
+
+
+@pytest.mark.postgres
+def test_concurrent_schema_creation_on_postgres(postgres_server_url: str) -> None:
+    with fresh_postgres_database(postgres_server_url) as url:
+        barrier = threading.Barrier(4)
+
+        def open_and_close(_: int) -> str:
+            barrier.wait(timeout=30)
+            store = SqlMetadataStore.open(url, create=True)
+            store.close()
+            return "ok"
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(open_and_close, range(4))) == ["ok"] * 4
+
+
+# --- schema guard -------------------------------------------------------------------------
+
+def test_empty_sqlite_file_without_create(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(SchemaOutOfDateError) as info:
+        SqlMetadataStore.open(f"sqlite:///{path}")
+    assert "shoal db upgrade" in str(info.value)
+    assert "no shoal schema" in str(info.value)
+    assert info.value.details["expected"] == SCHEMA_REVISION
+
+
+def _stamp(url: str, revision: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_older_schema_revision(tmp_path: Path, create: bool) -> None:
+    url = _sqlite_url(tmp_path)
+    SqlMetadataStore.open(url, create=True).close()
+    _stamp(url, "0000")
+    with pytest.raises(SchemaOutOfDateError) as info:
+        SqlMetadataStore.open(url, create=create)
+    message = str(info.value)
+    assert "0000" in message and SCHEMA_REVISION in message and "shoal db upgrade" in message
+    assert info.value.details["revision"] == "0000"
+
+
+def test_upgrade_of_an_unknown_revision_is_a_store_error(tmp_path: Path) -> None:
+    url = _sqlite_url(tmp_path)
+    SqlMetadataStore.open(url, create=True).close()
+    _stamp(url, "9999")  # written by a newer shoal
+    with pytest.raises(MetadataStoreError, match="9999"):
+        upgrade_schema(url)
+
+
+def test_upgrade_schema_is_idempotent(tmp_path: Path) -> None:
+    url = _sqlite_url(tmp_path)
+    assert upgrade_schema(url) == SCHEMA_REVISION
+    assert upgrade_schema(url) == SCHEMA_REVISION
+    SqlMetadataStore.open(url).close()
+
+
+def test_reopen_keeps_data(tmp_path: Path) -> None:
+    url = _sqlite_url(tmp_path)
+    store = SqlMetadataStore.open(url, create=True)
+    try:
+        store.create_job(JobSpec(name=JobName("kept")), secret="s", backend="local")
+    finally:
+        store.close()
+    store = SqlMetadataStore.open(url)
+    try:
+        assert store.get_job("kept").status is S.PENDING
+    finally:
+        store.close()
+
+
+def test_invalid_url() -> None:
+    with pytest.raises(MetadataStoreError, match="invalid metadata URL"):
+        SqlMetadataStore.open("not a url at all", create=True)
+
+
+@pytest.mark.postgres
+def test_missing_postgres_database(postgres_server_url: str) -> None:
+    url = sa.engine.make_url(postgres_server_url).set(
+        password="hunter2-secret", database=f"shoal_missing_{uuid.uuid4().hex[:8]}")
+    raw = url.render_as_string(hide_password=False)
+    assert "hunter2-secret" in raw
+    with pytest.raises(MetadataStoreError) as info:
+        SqlMetadataStore.open(raw, create=True)
+    err = info.value
+    assert not isinstance(err, SchemaOutOfDateError)
+    assert url.database in str(err)
+    assert "does not exist" in str(err)
+    assert "hunter2-secret" not in str(err)
+    assert "hunter2-secret" not in repr(err.details)
