@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import shoal
+from helpers import wait_until
 from shoal import JobFailedError, JobTimeoutError, remote
 from shoal.core import FailureKind, JobQuery, JobStatus
 from shoal.errors import InvalidArgumentError, PicklingError, ResourceUnavailableError
-from helpers import wait_until
 
 
 def test_seed_divide_returns_the_result_and_records_a_completed_job(session, capsys):
