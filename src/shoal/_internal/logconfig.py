@@ -1,0 +1,57 @@
+"""Logging set-up for the entry points only (``shoal`` CLI, the server).
+
+The library never adds handlers or sets levels; a program that wants shoal's log records
+configures logging itself, or calls this.
+"""
+
+from __future__ import annotations
+
+import logging
+
+__all__ = ["configure"]
+
+_HANDLER_NAME = "shoal-cli"
+
+
+def configure(level: int | str = logging.WARNING, *, json: bool = False) -> None:
+    """Send shoal's log records at *level* and above to stderr (rich-formatted).
+
+    Idempotent: a second call changes the level and keeps the one handler. *json* writes one
+    JSON object a line instead (for the server's structured logs).
+    """
+    logger = logging.getLogger("shoal")
+    logger.setLevel(level)
+    for handler in logger.handlers:
+        if handler.get_name() == _HANDLER_NAME:
+            handler.setLevel(level)
+            return
+    if json:
+        handler: logging.Handler = logging.StreamHandler()
+        handler.setFormatter(_JsonFormatter())
+    else:
+        from rich.console import Console
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=Console(stderr=True), show_path=False,
+                              rich_tracebacks=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    handler.set_name(_HANDLER_NAME)
+    handler.setLevel(level)
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message and any ``job_id`` extra."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json as _json
+
+        data = {"time": self.formatTime(record), "level": record.levelname,
+                "logger": record.name, "message": record.getMessage()}
+        job_id = getattr(record, "job_id", None)
+        if job_id is not None:
+            data["job_id"] = job_id
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return _json.dumps(data)

@@ -1,0 +1,97 @@
+"""The ``shoal`` command: find, inspect, follow and stop jobs; show configuration; upgrade
+the database; run the demo.
+
+Example::
+
+    $ shoal jobs list --status failed --since 2h
+    $ shoal jobs describe divide-241130-120000-ab12cd
+    $ shoal jobs logs divide-241130-120000-ab12cd -f
+
+Errors print one red line (the traceback with ``-v``) and exit with a documented status
+(``ExitCode``). Heavy modules are imported inside the commands, so ``shoal --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shoal.cli import _config, _db, _jobs
+from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="shoal",
+    help="shoal: run notebook code as tracked jobs, SageMaker-shaped, on this machine.\n\n"
+         + EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(_jobs.app, name="jobs")
+app.add_typer(_config.app, name="config")
+app.add_typer(_db.app, name="db")
+
+
+@app.callback()
+def _global_options(
+    home: Annotated[Path | None, typer.Option(
+        "--home", help="shoal home directory (overrides SHOAL_HOME; default ~/.shoal).",
+        file_okay=False, resolve_path=True)] = None,
+    verbose: Annotated[int, typer.Option(
+        "--verbose", "-v", count=True,
+        help="Log shoal's INFO records (-vv: DEBUG) and show tracebacks of errors.")] = 0,
+) -> None:
+    state.home = home
+    state.verbose = verbose
+    from shoal._internal.logconfig import configure
+
+    configure(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+
+
+@app.command()
+def demo() -> None:
+    """Run the seed examples as real jobs and show how to find each one again."""
+    from shoal.cli._demo import run_demo
+
+    run_demo()
+
+
+def _report(error: BaseException) -> ExitCode:
+    from rich.text import Text
+
+    code = exit_code_for(error)
+    if state.verbose:
+        import traceback
+
+        err().print(Text("".join(traceback.format_exception(error)).rstrip(), style="dim"))
+    message = str(error) or type(error).__name__
+    if code == ExitCode.INTERNAL:
+        message = (f"internal error: {type(error).__name__}: {message}"
+                   + ("" if state.verbose else " (run with -v for the traceback)"))
+    err().print(Text(f"error: {message}", style="bold red"))
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``shoal`` console script."""
+    code: int = ExitCode.OK
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="shoal")
+    except SystemExit as e:  # click's normal way out: 0, 2 for usage, or a command's Exit
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        err().print("[red]interrupted[/]")
+        code = ExitCode.INTERRUPTED
+    except Exception as e:  # every error ends as one line and a documented exit code
+        code = _report(e)
+    finally:
+        state.close()
+    sys.exit(code)
