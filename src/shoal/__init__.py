@@ -20,7 +20,7 @@ from shoal.errors import (
 )
 
 if TYPE_CHECKING:
-    from shoal.remote import RemoteExecutor, get_future, list_futures, remote
+    from shoal.remote_function import RemoteExecutor, get_future, list_futures, remote
     from shoal.session import Session, use
 
 __version__ = "0.1.0"
@@ -43,10 +43,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "remote": "shoal.remote",
-    "RemoteExecutor": "shoal.remote",
-    "get_future": "shoal.remote",
-    "list_futures": "shoal.remote",
+    "remote": "shoal.remote_function",
+    "RemoteExecutor": "shoal.remote_function",
+    "get_future": "shoal.remote_function",
+    "list_futures": "shoal.remote_function",
     "Session": "shoal.session",
     "use": "shoal.session",
 }

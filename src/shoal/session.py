@@ -212,7 +212,9 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     if session is None:
         kwargs = {_SUPERVISOR_SETTINGS[k]: v for k, v in key}
         session = Session(**kwargs)
-        session.jobs.metadata.find_job("shoal-warm-up")
+        # Only the metadata store is warmed: an object store's client (s3fs) runs an event
+        # loop thread that must not cross a fork, so the child opens artifacts itself.
+        session.metadata.find_job("shoal-warm-up")
         _WARM[key] = session
     session.metadata.close()  # dispose pooled connections; the engine and its caches stay
 

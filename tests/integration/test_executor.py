@@ -14,7 +14,7 @@ import pytest
 from helpers import wait_until
 from shoal import JobFailedError, RemoteExecutor
 from shoal.core import JobQuery, JobStatus
-from shoal.remote import get_future, list_futures
+from shoal.remote_function import get_future, list_futures
 
 
 def square(x):

@@ -17,7 +17,7 @@ from shoal.errors import (
     PayloadIntegrityError,
     SchemaOutOfDateError,
 )
-from shoal.remote import RemoteOptions
+from shoal.remote_function import RemoteOptions
 from shoal.storage.artifacts import job_key
 
 

@@ -1,6 +1,19 @@
-"""SageMaker's ``sagemaker.remote_function`` import path: replace ``sagemaker`` with ``shoal``."""
+"""``@remote`` and ``RemoteExecutor``: run notebook functions as tracked jobs.
 
-from shoal.remote import RemoteExecutor, get_future, list_futures, remote
-from shoal.remote._filter import CustomFileFilter
+Lives at SageMaker's import path (``sagemaker.remote_function``), so a port replaces
+``sagemaker`` with ``shoal`` in import lines. (It cannot be ``shoal.remote``: that name is the
+decorator itself.)
+"""
 
-__all__ = ["CustomFileFilter", "RemoteExecutor", "get_future", "list_futures", "remote"]
+from shoal.remote_function._decorator import remote
+from shoal.remote_function._executor import (
+    RemoteExecutor,
+    RemoteFuture,
+    get_future,
+    list_futures,
+)
+from shoal.remote_function._filter import CustomFileFilter
+from shoal.remote_function._options import RemoteOptions
+
+__all__ = ["CustomFileFilter", "RemoteExecutor", "RemoteFuture", "RemoteOptions", "get_future",
+           "list_futures", "remote"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
-from shoal.remote._options import RemoteOptions
+from shoal.remote_function._options import RemoteOptions
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from shoal.remote._options import RemoteOptions
+from shoal.remote_function._options import RemoteOptions
 
 __all__ = ["remote"]
 

@@ -1,0 +1,237 @@
+"""``shoal jobs``: list, describe, logs, cancel."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from shoal.cli._context import ExitCode, err, exit_code_for_status, out, state
+from shoal.cli._render import (
+    format_duration,
+    format_time,
+    key_values,
+    mask_env,
+    parse_since,
+    record_json,
+    shorten,
+    status_text,
+)
+from shoal.core.jobs import JobStatus
+
+if TYPE_CHECKING:
+    from shoal.core.jobs import JobRecord
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="Find, inspect, follow and stop jobs.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@app.command("list")
+def list_jobs(
+    status: Annotated[list[JobStatus] | None, typer.Option(
+        "--status", "-s", help="Only jobs in this state (repeat for several).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", "-n", help="Only jobs whose name contains this text.")] = None,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="Only jobs created within this long ago: 30m, 2h, 1d...")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many jobs.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List jobs, newest first. Jobs whose supervisor died are marked failed first."""
+    from shoal.core.ports import JobQuery
+
+    created_after = None
+    if since is not None:
+        try:
+            created_after = datetime.now(UTC) - parse_since(since)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--since") from None
+    service = state.session().jobs
+    service.reap()
+    records = service.metadata.list_jobs(JobQuery(
+        statuses=tuple(status or ()), name_contains=name or None,
+        created_after=created_after, limit=limit))
+    if as_json:
+        print(json.dumps([record_json(r) for r in records], indent=2))
+        return
+    if not records:
+        err().print("no jobs match" if (status or name or since) else
+                    f"no jobs yet in {state.session().home}")
+        return
+    out().print(_table(records))
+
+
+def _table(records: list[JobRecord]) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("CREATED", no_wrap=True)
+    table.add_column("DURATION", justify="right", no_wrap=True)
+    table.add_column("INSTANCE", no_wrap=True)
+    table.add_column("FAILURE")
+    for r in records:
+        failure = ""
+        if r.failure_reason:
+            kind = f"{r.failure_kind}: " if r.failure_kind else ""
+            failure = shorten(f"{kind}{r.failure_reason}")
+        table.add_row(r.name, status_text(r.status), format_time(r.created_at),
+                      format_duration(r.duration_seconds), r.spec.instance_type or "-", failure)
+    return table
+
+
+@app.command()
+def describe(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Show everything recorded about a job (secret-looking env values are masked)."""
+    service = state.session().jobs
+    service.reap()
+    record = service.get(name)
+    log_uri = service.log_uri(name)
+    if as_json:
+        print(json.dumps(record_json(record, log_uri=log_uri), indent=2))
+        return
+    console = out()
+    for title, body in _describe_sections(record, log_uri):
+        console.print()
+        console.print(title, style="bold")
+        console.print(body)
+
+
+def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
+    from rich.text import Text
+
+    spec = r.spec
+    handle = dict(r.handle)
+    supervisor = (f"pid {handle['pid']} on {handle.get('host', '?')}" if handle.get("pid")
+                  else "not started")
+    job = [("name", r.name), ("status", status_text(r.status)), ("kind", str(spec.kind)),
+           ("function", spec.function_name or "-"),
+           ("backend", f"{r.backend} (supervisor {supervisor})"),
+           ("created", format_time(r.created_at)), ("started", format_time(r.started_at)),
+           ("ended", format_time(r.ended_at)), ("updated", format_time(r.updated_at)),
+           ("duration", format_duration(r.duration_seconds)),
+           ("attempt", f"{r.attempt} of {spec.max_retry_attempts}"),
+           ("exit code", "-" if r.exit_code is None else str(r.exit_code)),
+           ("env setup", format_duration(r.env_setup_seconds))]
+    if r.failure_kind or r.failure_reason:
+        job.append(("failure kind", str(r.failure_kind or "-")))
+        job.append(("failure reason", Text(r.failure_reason or "-", style="red")))
+    memory = f"{spec.memory_mib} MiB" if spec.memory_mib else "-"
+    spec_rows = [("instance type", spec.instance_type or "-"), ("cpus", f"{spec.cpus:g}"),
+                 ("memory", memory),
+                 ("gpus", f"{spec.gpus} (cpu fallback {'allowed' if spec.allow_cpu_fallback else 'off'})"),
+                 ("python", spec.python_version or "-"),
+                 ("dependencies", spec.dependencies or "-"),
+                 ("max runtime", f"{spec.max_runtime_in_seconds} s"),
+                 ("max retry attempts", str(spec.max_retry_attempts)),
+                 ("stop grace period", f"{spec.stop_grace_period_in_seconds:g} s")]
+    extra = {k: v for k, v in spec.extra.items() if k != "sys_path"}
+    spec_rows += [(f"extra.{k}", str(v)) for k, v in extra.items()]
+    env = mask_env(spec.environment_variables)
+    sections: list[tuple[str, Any]] = [
+        ("Job", key_values(job)),
+        ("Spec", key_values(spec_rows)),
+        ("Environment variables", key_values([(k, str(v)) for k, v in env.items()])
+         if env else Text("(none)", style="dim")),
+        ("Tags", key_values([(k, v) for k, v in spec.tags])
+         if spec.tags else Text("(none)", style="dim")),
+        ("Inert settings (kept for SageMaker; no effect on this backend)",
+         key_values([(k, json.dumps(v, default=str)) for k, v in spec.inert_settings.items()])
+         if spec.inert_settings else Text("(none)", style="dim")),
+        ("Status history", _history(r)),
+        ("Logs", key_values([("uri", log_uri),
+                             ("print", f"shoal {state.home_option()}jobs logs {r.name}"),
+                             ("follow", f"shoal {state.home_option()}jobs logs {r.name} -f")])),
+    ]
+    return sections
+
+
+def _history(r: JobRecord) -> Any:
+    from rich.table import Table
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for event in r.events:
+        table.add_row(format_time(event.at), status_text(event.status), event.reason or "")
+    return table
+
+
+def _write_chunk(chunk: bytes) -> None:
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
+
+
+@app.command()
+def logs(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing until the job ends; exit 0 if it completed, "
+                               "1 if it failed, 5 if it was stopped.")] = False,
+) -> None:
+    """Print a job's output (stdout and stderr of the function, as captured)."""
+    service = state.session().jobs
+    record = service.get(name)
+    if not follow:
+        _write_chunk(service.read_log(name))
+        if not record.is_terminal:
+            err().print(f"job {name} is still {record.status}; "
+                        f"'shoal {state.home_option()}jobs logs {name} -f' follows it",
+                        style="dim")
+        return
+    try:
+        record = service.wait(name, on_output=_write_chunk)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    _report_end(record)
+    raise typer.Exit(exit_code_for_status(record.status))
+
+
+def _report_end(record: JobRecord) -> None:
+    message = f"job {record.name} {record.status}"
+    if record.status == JobStatus.FAILED:
+        message += f" ({record.failure_kind}): {shorten(record.failure_reason, 200)}"
+    style = "green" if record.status == JobStatus.COMPLETED else "red" if \
+        record.status == JobStatus.FAILED else "yellow"
+    err().print(message, style=style)
+
+
+@app.command()
+def cancel(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Wait until the job has ended; exit 0 if it stopped (or completed "
+                       "first), 1 if it failed before the stop took effect.")] = False,
+) -> None:
+    """Stop a job: SIGTERM, then SIGKILL after its stop grace period."""
+    service = state.session().jobs
+    record = service.get(name)
+    if record.is_terminal:
+        out().print(f"job {name} has already ended: {record.status}")
+        return
+    record = service.cancel(name)
+    out().print(f"stop requested for job {name} (now {record.status})")
+    if not wait:
+        return
+    try:
+        record = service.wait(name)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    if record.status == JobStatus.STOPPED:
+        out().print(f"job {name} stopped")
+        return
+    out().print(f"job {name} {record.status} before the stop took effect")
+    raise typer.Exit(exit_code_for_status(record.status))

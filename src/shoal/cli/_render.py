@@ -1,0 +1,141 @@
+"""How job records look on the terminal and in ``--json``: colours, durations, masking."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
+
+    from shoal.core.jobs import JobRecord
+
+__all__ = [
+    "MASK",
+    "STATUS_STYLES",
+    "format_duration",
+    "format_time",
+    "is_secret_name",
+    "mask_env",
+    "parse_since",
+    "record_json",
+    "shorten",
+    "status_text",
+]
+
+MASK = "****"
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+STATUS_STYLES = {
+    "pending": "dim",
+    "starting": "cyan",
+    "running": "blue",
+    "stopping": "magenta",
+    "completed": "green",
+    "failed": "bold red",
+    "stopped": "yellow",
+}
+_SINCE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def is_secret_name(name: str) -> bool:
+    """True for environment variable names that look like they hold a secret."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
+    """*env* with the values of secret-looking names replaced by ``****``."""
+    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def parse_since(text: str) -> timedelta:
+    """``30s``, ``30m``, ``2h``, ``1d`` or ``1w`` as a timedelta; ValueError otherwise."""
+    match = _SINCE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration; use a number and a unit, such as "
+                         "30m, 2h or 1d (units: s, m, h, d, w)")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def format_time(at: datetime | None) -> str:
+    """Local time, to the second ('-' when unknown)."""
+    if at is None:
+        return "-"
+    return at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def shorten(text: str | None, width: int = 60) -> str:
+    """The first line of *text*, cut to *width* characters with an ellipsis."""
+    if not text:
+        return ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) > width or "\n" in text.strip():
+        first = first[: width - 1].rstrip() + "…"
+    return first
+
+
+def status_text(status: str) -> Text:
+    from rich.text import Text
+
+    return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, Any]:
+    """Every field of *record* as JSON-ready data, secret-looking env values masked."""
+    spec = record.spec.to_json()
+    spec["environment_variables"] = mask_env(record.spec.environment_variables)
+    data: dict[str, Any] = {
+        "name": record.name,
+        "status": str(record.status),
+        "created_at": _iso(record.created_at),
+        "updated_at": _iso(record.updated_at),
+        "started_at": _iso(record.started_at),
+        "ended_at": _iso(record.ended_at),
+        "duration_seconds": record.duration_seconds,
+        "attempt": record.attempt,
+        "failure_kind": None if record.failure_kind is None else str(record.failure_kind),
+        "failure_reason": record.failure_reason,
+        "exit_code": record.exit_code,
+        "backend": record.backend,
+        "handle": dict(record.handle),
+        "env_setup_seconds": record.env_setup_seconds,
+        "spec": spec,
+        "events": [{"status": str(e.status), "at": _iso(e.at), "reason": e.reason}
+                   for e in record.events],
+    }
+    if log_uri is not None:
+        data["log_uri"] = log_uri
+    return data
+
+
+def key_values(rows: list[tuple[str, RenderableType]], *, title: str | None = None) -> Any:
+    """A two-column grid: dim key, value."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.title = title
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column()
+    for key, value in rows:
+        grid.add_row(key, value)
+    return grid

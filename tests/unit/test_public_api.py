@@ -1,0 +1,60 @@
+"""The public surface is frozen here; changing it is a deliberate act (httpx's habit)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+
+import shoal
+import shoal.remote_function as rf
+
+EXPECTED = [
+    "InvalidArgumentError", "JobCancelledError", "JobError", "JobFailedError",
+    "JobTimeoutError", "NotFoundError", "RemoteExecutor", "Session", "ShoalError",
+    "__version__", "get_future", "list_futures", "remote", "use",
+]
+
+
+def test_shoal_all_is_frozen():
+    assert sorted(shoal.__all__) == sorted(EXPECTED)
+    for name in shoal.__all__:
+        assert getattr(shoal, name) is not None
+
+
+def test_remote_is_the_decorator_not_the_subpackage():
+    assert callable(shoal.remote) and inspect.isfunction(shoal.remote)
+    from shoal import remote
+
+    assert remote is shoal.remote
+
+
+def test_sagemaker_import_path_mirrors_remote_function():
+    assert {"CustomFileFilter", "RemoteExecutor", "get_future", "list_futures",
+            "remote"} <= set(rf.__all__)
+    assert issubclass(rf.RemoteExecutor, concurrent.futures.Executor)
+    f = rf.CustomFileFilter(ignore_name_patterns=["*.ipynb", "data"])
+    assert f.ignore_name_patterns == ("*.ipynb", "data")
+
+
+def test_internals_are_not_exported():
+    for name in ("Supervisor", "JobService", "SqlMetadataStore", "LocalBackend", "Settings",
+                 "serialize", "deserialize"):
+        assert name not in shoal.__all__
+        assert not hasattr(shoal, name)
+
+
+def test_remote_accepts_every_sagemaker_parameter_name():
+    from shoal.remote_function import RemoteOptions
+
+    sagemaker_names = {
+        "dependencies", "pre_execution_commands", "pre_execution_script",
+        "environment_variables", "image_uri", "include_local_workdir", "custom_file_filter",
+        "instance_count", "instance_type", "job_conda_env", "job_name_prefix",
+        "keep_alive_period_in_seconds", "max_retry_attempts", "max_runtime_in_seconds", "role",
+        "s3_kms_key", "s3_root_uri", "sagemaker_session", "security_group_ids", "subnets",
+        "tags", "volume_kms_key", "volume_size", "encrypt_inter_container_traffic",
+        "spark_config", "use_spot_instances", "max_wait_time_in_seconds", "use_torchrun",
+        "use_mpirun", "nproc_per_node", "disable_output_compression",
+    }
+    accepted = set(inspect.signature(RemoteOptions).parameters)
+    assert sagemaker_names <= accepted
