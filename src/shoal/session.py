@@ -135,6 +135,14 @@ class Session:
                                         supervisor_env=self.supervisor_env())
             return self._jobs
 
+    @property
+    def env_builder(self) -> Any:
+        """Builds and caches job environments under ``SHOAL_HOME/envs``."""
+        from shoal.envs import UvEnvBuilder
+
+        return UvEnvBuilder(self.home / "envs",
+                            resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds)
+
     def supervisor_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env["SHOAL_HOME"] = str(self.home)
@@ -228,7 +236,8 @@ def supervisor_main(job: str) -> int:
     try:
         supervisor = Supervisor(session.jobs, work_root=session.home / "work",
                                 slots=SlotPool(session.home / "slots", session.max_slots),
-                                fork=session.settings.job_process == "fork")
+                                fork=session.settings.job_process == "fork",
+                                envs=session.env_builder)
         return supervisor.run(job)
     finally:
         session.close()

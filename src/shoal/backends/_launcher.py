@@ -72,7 +72,11 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(sock_path):
         os.unlink(sock_path)
-    server.bind(sock_path + ".tmp")
+    old_umask = os.umask(0o077)  # only this user may ask the launcher to run anything
+    try:
+        server.bind(sock_path + ".tmp")
+    finally:
+        os.umask(old_umask)
     os.rename(sock_path + ".tmp", sock_path)  # clients never see a socket not yet listening
     server.listen(64)
     server.settimeout(idle_seconds)

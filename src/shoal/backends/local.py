@@ -102,6 +102,7 @@ class LocalBackend:
 
     def _start_launcher(self, path: str) -> None:
         self._run_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._run_dir, 0o700)
         log_path = self._run_dir / "launcher.log"
         with open(f"{path}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shoal.cli._context import out, state
+from shoal.cli._context import emit, out, state
 from shoal.cli._render import key_values, mask_env
 
 __all__ = ["app"]
@@ -93,10 +93,10 @@ def _print_tables(data: dict[str, Any]) -> None:
         if "effective" in row:
             value = f"{row['effective']} (derived)"
         settings.add_row(row["name"], value, row["source"])
-    console.print(settings)
+    emit(settings)
     console.print()
     console.print("Defaults files (admin < user < --config, later wins)", style="bold")
-    console.print(key_values([
+    emit(key_values([
         (f["label"], Text(f["path"]) + Text("  found" if f["found"] else "  not found",
                                             style="green" if f["found"] else "dim"))
         for f in data["files"]]))
@@ -115,4 +115,4 @@ def _print_tables(data: dict[str, Any]) -> None:
         for row in rows:
             table.add_row(row["key"], json.dumps(row["value"], default=str)
                           if not isinstance(row["value"], str) else row["value"], row["source"])
-        console.print(table)
+        emit(table)

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from shoal.core.jobs import JobStatus
     from shoal.session import Session
 
-__all__ = ["ExitCode", "State", "exit_code_for", "exit_code_for_status", "out", "err", "state"]
+__all__ = ["ExitCode", "State", "emit", "err", "exit_code_for", "exit_code_for_status", "out",
+           "state"]
 
 
 class ExitCode(enum.IntEnum):
@@ -140,3 +141,16 @@ def err() -> Console:
     if True not in _CONSOLES:
         _CONSOLES[True] = _console(stderr=True)
     return _CONSOLES[True]
+
+
+def emit(renderable: Any) -> None:
+    """Print a table or grid on stdout; when piped, without the padding at line ends."""
+    console = out()
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    text = "\n".join(line.rstrip() for line in captured.get().splitlines())
+    console.file.write(text + "\n")
+    console.file.flush()

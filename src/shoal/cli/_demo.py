@@ -24,7 +24,7 @@ from shoal.cli._render import format_duration, mask_env, status_text
 from shoal.core.jobs import JobRecord
 from shoal.core.ports import JobQuery
 from shoal.errors import JobFailedError
-from shoal.remote import get_future
+from shoal.remote_function import get_future
 from shoal.session import current, use
 
 __all__ = ["run_demo"]
@@ -107,7 +107,7 @@ def _divide(session: Any) -> tuple[Callable[..., Any], str]:
 
 def _matrix_multiply(session: Any) -> None:
     _heading(2, "@remote(instance_type='ml.m5.large') with numpy")
-    with _new_job(session, "matrix_multiply") as job:
+    with _new_job(session, "matrix-multiply") as job:
         @remote(instance_type="ml.m5.large")
         def matrix_multiply(a, b):
             return np.matmul(a, b)
@@ -144,11 +144,11 @@ def _failure(session: Any, divide: Callable[..., Any]) -> None:
     record = job()
     cause = error.__cause__
     job_name = cause.details.get("job") if isinstance(cause, JobFailedError) else record.name
-    out().print(Text(f"   raised ZeroDivisionError: {error} (the function's own exception, "
-                     f"re-raised here; its __cause__ names job {job_name})"))
-    notes = "".join(getattr(error, "__notes__", ())).strip().splitlines()
-    for line in notes[-4:]:
-        out().print(Text(f"   | {line}", style="dim"))
+    has_traceback = any("Remote traceback" in note for note in getattr(error, "__notes__", ()))
+    out().print(Text(f"   raised ZeroDivisionError: {error}: the function's own exception, "
+                     f"re-raised here with the remote traceback "
+                     f"{'attached as a note' if has_traceback else 'in the log above'}; "
+                     f"its __cause__ is a JobFailedError naming job {job_name}"))
     _show(record, show_result=False)
     out().print(Text(f"   failure: {record.failure_kind}: {record.failure_reason}", style="red"))
 
@@ -163,7 +163,7 @@ def _config_file(session: Any) -> None:
         out().print(Text(f"   wrote {config_path} and requirements.txt (numpy)", style="dim"))
         config_session = shoal.Session(config_files=[config_path], **state.session_kwargs())
         try:
-            with _new_job(config_session, "numpy_version") as job:
+            with _new_job(config_session, "numpy-version") as job:
                 @remote(sagemaker_session=config_session)
                 def numpy_version():
                     return np.__version__

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shoal.cli._context import ExitCode, err, exit_code_for_status, out, state
+from shoal.cli._context import ExitCode, emit, err, exit_code_for_status, out, state
 from shoal.cli._render import (
     format_duration,
     format_time,
@@ -37,7 +37,9 @@ app = typer.Typer(
 @app.command("list")
 def list_jobs(
     status: Annotated[list[JobStatus] | None, typer.Option(
-        "--status", "-s", help="Only jobs in this state (repeat for several).")] = None,
+        "--status", "-s", metavar="STATUS",
+        help="Only jobs in this state (repeat for several): "
+             + ", ".join(s.value for s in JobStatus) + ".")] = None,
     name: Annotated[str | None, typer.Option(
         "--name", "-n", help="Only jobs whose name contains this text.")] = None,
     since: Annotated[str | None, typer.Option(
@@ -63,10 +65,13 @@ def list_jobs(
         print(json.dumps([record_json(r) for r in records], indent=2))
         return
     if not records:
-        err().print("no jobs match" if (status or name or since) else
-                    f"no jobs yet in {state.session().home}")
+        from shoal.storage.sql import redact_url
+
+        where = redact_url(state.session().settings.resolved_metadata_url())
+        err().print(f"no jobs match in {where}" if (status or name or since) else
+                    f"no jobs yet in {where}")
         return
-    out().print(_table(records))
+    emit(_table(records))
 
 
 def _table(records: list[JobRecord]) -> Any:
@@ -102,11 +107,11 @@ def describe(
     if as_json:
         print(json.dumps(record_json(record, log_uri=log_uri), indent=2))
         return
-    console = out()
-    for title, body in _describe_sections(record, log_uri):
-        console.print()
-        console.print(title, style="bold")
-        console.print(body)
+    for i, (title, body) in enumerate(_describe_sections(record, log_uri)):
+        if i:
+            out().print()
+        out().print(title, style="bold")
+        emit(body)
 
 
 def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:

@@ -71,6 +71,8 @@ def format_time(at: datetime | None) -> str:
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(round(seconds)), 60)

@@ -37,6 +37,15 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 @dataclass(frozen=True, slots=True)
+class _JobPython:
+    """Which interpreter runs the job, and how it starts."""
+
+    python: str
+    fork: bool
+    pythonpath: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     status: JobStatus
     kind: FailureKind | None = None
@@ -48,7 +57,7 @@ class Outcome:
 class Supervisor:
     def __init__(self, service: JobService, *, work_root: Path, slots: SlotPool,
                  python: str | None = None, cpu_count: int | None = None,
-                 fork: bool = True) -> None:
+                 fork: bool = True, envs: Any = None) -> None:
         self._svc = service
         self._work_root = Path(work_root)
         self._slots = slots
@@ -58,6 +67,8 @@ class Supervisor:
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
+        self._envs = envs  # an UvEnvBuilder, for jobs with dependencies
+        self._plan = _JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
 
     # --- signals ----------------------------------------------------------------------
@@ -148,14 +159,15 @@ class Supervisor:
             return Outcome(JobStatus.STOPPED, reason="stopped while starting")
         env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
         try:
-            if self._fork:
+            if self._plan.fork:
                 proc: _Process = _ForkedProcess.start(workdir, env, spec.memory_mib,
                                                       close_fds=(self._wake_r, self._wake_w))
             else:
-                proc = _ExecProcess.start(self._python, workdir, env, spec.memory_mib)
+                proc = _ExecProcess.start(self._plan.python, workdir, env, spec.memory_mib)
         except OSError as e:
             return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
-                           f"cannot start the job process ({self._python}): {e}", retry=True)
+                           f"cannot start the job process ({self._plan.python}): {e}",
+                           retry=True)
         self._svc.transition(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
         rc, stopped, timed_out = self._watch(proc, spec, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink)
@@ -166,21 +178,14 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.VERSION,
                            f"the client runs Python {spec.python_version} but the job would run "
                            f"Python {_python_version()}; client and job major.minor must match")
+        plan = _JobPython(self._python, fork=self._fork)
         if spec.dependencies:
-            from shoal.envs import check_requirements
-
             try:
-                check = check_requirements(spec.dependencies)
+                plan = self._build_env(record, sink)
             except ShoalError as e:
-                return Outcome(JobStatus.FAILED, FailureKind.ENVIRONMENT, str(e))
-            sink.write(f"[shoal] environment: {len(check.satisfied)} requirement(s) of "
-                       f"{spec.dependencies} satisfied by {self._python}\n".encode())
-            if check.problems:
                 return Outcome(JobStatus.FAILED, FailureKind.ENVIRONMENT,
-                               f"requirements in {spec.dependencies} are not met: "
-                               + "; ".join(check.problems)
-                               + ". Install them in the client's environment (building an "
-                                 "isolated environment is TODO(#3))")
+                               f"the environment for {spec.dependencies} could not be built: {e}")
+        self._plan = plan
         for kind in ("function", "arguments"):
             target = workdir / kind
             target.mkdir()
@@ -189,12 +194,38 @@ class Supervisor:
             (target / "metadata.json").write_bytes(payload.metadata)
         return None
 
+    def _build_env(self, record: JobRecord, sink: LogSink) -> _JobPython:
+        import cloudpickle
+
+        from shoal.envs import ensure_runtime
+
+        spec = record.spec
+        if self._envs is None:
+            raise ShoalError(f"job {record.name} asks for dependencies but this supervisor has "
+                             "no environment builder")
+        text = self._svc.artifacts.get_bytes(job_key(record.name, "env", "requirements.txt"))
+        built = self._envs.ensure(
+            text.decode(), base_dir=Path(spec.dependencies or ".").parent,
+            extra=(f"cloudpickle=={cloudpickle.__version__}",),
+            log=lambda msg: sink.write(msg.encode()))
+        self._svc.artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),
+                                      built.lock.encode())
+        sink.write(f"[shoal] environment {built.key[:12]} "
+                   f"({'cached' if built.cached else 'built'}) in {built.seconds:.2f} s\n".encode())
+        runtime = ensure_runtime(self._envs.root.parent / "runtime")
+        return _JobPython(str(built.python), fork=False, pythonpath=(str(runtime),))
+
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
         threads = str(max(1, min(int(spec.cpus or self._cores), self._cores)))
         for var in _THREAD_VARS:
             env.setdefault(var, threads)
-        sys_path = [p for p in spec.extra.get("sys_path", []) if p]
+        plan = self._plan
+        # An isolated environment sees only shoal's runtime, not the client's packages.
+        sys_path = list(plan.pythonpath) if plan.pythonpath else [
+            p for p in spec.extra.get("sys_path", []) if p]
+        if plan.pythonpath:
+            env.pop("PYTHONPATH", None)
         if sys_path:
             env["PYTHONPATH"] = os.pathsep.join([*sys_path, env.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)

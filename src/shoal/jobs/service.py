@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from shoal.core.clock import Clock, SystemClock
@@ -27,6 +28,16 @@ logger = logging.getLogger(__name__)
 
 #: How long a record may sit without a launched supervisor before the reaper fails it.
 _UNLAUNCHED_GRACE_S = 120.0
+
+
+def _read_requirements(path: str) -> bytes:
+    from shoal.errors import InvalidArgumentError
+
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot read dependencies file {path}: {e}",
+                                   path=path) from e
 
 
 def log_key(job: str) -> str:
@@ -53,6 +64,7 @@ class JobService:
     def submit_function(self, spec: JobSpec, func: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: Mapping[str, Any]) -> JobRecord:
         """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
+        requirements = _read_requirements(spec.dependencies) if spec.dependencies else None
         key = new_key()
         fn_payload = serialize(func, key, what=f"function {spec.function_name!r}")
         arg_payload = serialize((tuple(args), dict(kwargs)), key,
@@ -61,6 +73,9 @@ class JobService:
         try:
             self._put_payload(spec.name, "function", fn_payload)
             self._put_payload(spec.name, "arguments", arg_payload)
+            if requirements is not None:
+                self.artifacts.put_bytes(job_key(spec.name, "env", "requirements.txt"),
+                                         requirements)
         except ShoalError as e:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the payloads of job {spec.name}: {e}")

@@ -1,0 +1,46 @@
+"""The few shoal modules a job's own interpreter needs, copied beside its environment.
+
+A job in an isolated environment imports only ``shoal.jobs._entrypoint`` (and through it
+``shoal.errors`` and ``shoal.serialization``: the standard library and cloudpickle). Putting a
+copy of just those on the job's ``PYTHONPATH`` keeps the client's site-packages out of the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+__all__ = ["RUNTIME_MODULES", "ensure_runtime"]
+
+RUNTIME_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "serialization/__init__.py",
+    "jobs/__init__.py",
+    "jobs/_entrypoint.py",
+)
+
+
+def ensure_runtime(root: Path) -> Path:
+    """A directory to put on the job's PYTHONPATH; shared by every job of this shoal version."""
+    package = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for rel in RUNTIME_MODULES:
+        h.update(rel.encode())
+        h.update((package / rel).read_bytes())
+    target = Path(root) / h.hexdigest()[:16]
+    if (target / "shoal" / "__init__.py").exists():
+        return target
+    tmp = Path(root) / f".tmp-{uuid.uuid4().hex}"
+    for rel in RUNTIME_MODULES:
+        dest = tmp / "shoal" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(package / rel, dest)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another job put the same copy in place first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,226 @@
+"""Isolated job environments built with uv, cached by what is installed.
+
+A requirements file is resolved (``uv pip compile``) into a lock; the environment's key is the
+SHA-256 of that lock, the Python ABI and the platform, so two requests that resolve to the same
+packages share one environment. Builds take a per-key file lock and rename a finished
+environment into place: concurrent jobs build once, a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from shoal.errors import RuntimeEnvError
+
+__all__ = ["BuiltEnv", "EnvInfo", "UvEnvBuilder", "find_uv"]
+
+_READY = ".shoal-ready.json"
+
+
+def find_uv() -> str:
+    """The uv binary: the PyPI package's, else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise RuntimeEnvError("uv is not installed; install shoal with its dependencies "
+                          "(pip install shoal) or put uv on PATH")
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltEnv:
+    key: str
+    path: Path
+    python: Path
+    lock: str
+    cached: bool
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class EnvInfo:
+    key: str
+    path: Path
+    size_bytes: int
+    created_at: float
+    last_used_at: float
+    packages: int
+
+
+def _abi_tag() -> str:
+    return f"{sys.implementation.cache_tag}-{sysconfig.get_platform()}"
+
+
+class UvEnvBuilder:
+    """Resolve, build and cache environments under *root* for the interpreter *python*."""
+
+    def __init__(self, root: Path, *, python: str | None = None, uv: str | None = None,
+                 resolve_ttl_seconds: float = 24 * 3600) -> None:
+        self.root = Path(root)
+        self._python = python or sys.executable
+        self._uv = uv
+        self._ttl = resolve_ttl_seconds
+        self._log: Callable[[str], None] = lambda _msg: None
+
+    def _uv_bin(self) -> str:
+        if self._uv is None:
+            self._uv = find_uv()
+        return self._uv
+
+    def _run(self, args: list[str], *, cwd: Path | None = None, what: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CONDA"))}
+        env.setdefault("UV_NO_PROGRESS", "1")
+        try:
+            done = subprocess.run([self._uv_bin(), *args], cwd=cwd, env=env, text=True,
+                                  capture_output=True, timeout=1800, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RuntimeEnvError(f"{what} failed: {e}") from e
+        if done.returncode != 0:
+            message = (done.stderr or done.stdout).strip()
+            raise RuntimeEnvError(f"{what} failed (uv exit code {done.returncode}):\n{message}",
+                                  uv_output=message)
+        return done.stdout
+
+    # --- resolving --------------------------------------------------------------------
+
+    def resolve(self, requirements: str, *, base_dir: Path, extra: tuple[str, ...] = ()) -> str:
+        """The lock (pinned requirements) for *requirements* text; memoised for the TTL."""
+        request = "\n".join([requirements, *extra, self._python, _abi_tag()])
+        memo = self.root / "requests" / f"{hashlib.sha256(request.encode()).hexdigest()}.lock"
+        with contextlib.suppress(OSError):
+            if time.time() - memo.stat().st_mtime < self._ttl:
+                return memo.read_text()
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        src = memo.with_suffix(f".in-{uuid.uuid4().hex}")
+        src.write_text("\n".join([requirements, *extra]) + "\n")
+        try:
+            self._log("[shoal] resolving requirements with uv\n")
+            lock = self._run(["pip", "compile", str(src), "--python", self._python, "--quiet",
+                              "--no-header", "--no-annotate"], cwd=base_dir,
+                             what="resolving the requirements")
+        finally:
+            src.unlink(missing_ok=True)
+        tmp = memo.with_suffix(f".tmp-{uuid.uuid4().hex}")
+        tmp.write_text(lock)
+        os.replace(tmp, memo)
+        return lock
+
+    @staticmethod
+    def key_for(lock: str) -> str:
+        return hashlib.sha256(f"{lock}\n{_abi_tag()}".encode()).hexdigest()[:32]
+
+    # --- building ---------------------------------------------------------------------
+
+    def ensure(self, requirements: str, *, base_dir: Path, extra: tuple[str, ...] = (),
+               log: Callable[[str], None] | None = None) -> BuiltEnv:
+        """The environment for *requirements*, built if no environment has its lock yet."""
+        if log is not None:
+            self._log = log
+        t0 = time.monotonic()
+        lock = self.resolve(requirements, base_dir=base_dir, extra=extra)
+        key = self.key_for(lock)
+        path = self.root / key
+        if (path / _READY).exists():
+            self._touch(path)
+            return BuiltEnv(key, path, path / "bin" / "python", lock, True, time.monotonic() - t0)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with _flock(self.root / f"{key}.lock"):
+            if (path / _READY).exists():  # another job built it while we waited
+                self._touch(path)
+                return BuiltEnv(key, path, path / "bin" / "python", lock, True,
+                                time.monotonic() - t0)
+            self._build(key, path, lock, base_dir)
+        return BuiltEnv(key, path, path / "bin" / "python", lock, False, time.monotonic() - t0)
+
+    def _build(self, key: str, path: Path, lock: str, base_dir: Path) -> None:
+        tmp = self.root / f".build-{key}-{uuid.uuid4().hex[:8]}"
+        packages = len([ln for ln in lock.splitlines() if ln.strip() and not ln.startswith("#")])
+        self._log(f"[shoal] building environment {key[:12]} ({packages} packages) with uv\n")
+        try:
+            self._run(["venv", "--relocatable", "--python", self._python, "--quiet", str(tmp)],
+                      what="creating the virtual environment")
+            lock_file = tmp / "requirements.lock"
+            lock_file.write_text(lock)
+            self._run(["pip", "sync", "--python", str(tmp / "bin" / "python"),
+                       "--compile-bytecode", "--quiet", str(lock_file)], cwd=base_dir,
+                      what="installing the requirements")
+            (tmp / _READY).write_text(json.dumps({"key": key, "created_at": time.time(),
+                                                  "packages": packages}))
+            if path.exists():  # a leftover without its ready marker
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._log(f"[shoal] environment {key[:12]} ready\n")
+
+    @staticmethod
+    def _touch(path: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(path / _READY)
+
+    # --- listing and pruning ----------------------------------------------------------
+
+    def list(self) -> list[EnvInfo]:
+        out = []
+        if not self.root.exists():
+            return out
+        for path in sorted(self.root.iterdir()):
+            ready = path / _READY
+            if not ready.exists():
+                continue
+            meta = json.loads(ready.read_text())
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()
+                       and not f.is_symlink())
+            out.append(EnvInfo(path.name, path, size, float(meta.get("created_at", 0)),
+                               ready.stat().st_mtime, int(meta.get("packages", 0))))
+        return out
+
+    def prune(self, *, unused_for_seconds: float = 0.0, keep: frozenset[str] = frozenset()
+              ) -> list[str]:
+        """Remove environments unused for that long (and failed-build leftovers)."""
+        removed = []
+        now = time.time()
+        for info in self.list():
+            if info.key in keep or now - info.last_used_at < unused_for_seconds:
+                continue
+            with _flock(self.root / f"{info.key}.lock"):
+                shutil.rmtree(info.path, ignore_errors=True)
+            removed.append(info.key)
+        for leftover in self.root.glob(".build-*"):
+            key = leftover.name.split("-")[1]
+            with open(self.root / f"{key}.lock", "a") as f:
+                try:  # a build in progress holds its key's lock: leave it alone
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                shutil.rmtree(leftover, ignore_errors=True)
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return removed
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
