@@ -30,6 +30,23 @@ logger = logging.getLogger(__name__)
 _UNLAUNCHED_GRACE_S = 120.0
 
 
+def _local_modules(func: Callable[..., Any]) -> tuple[str, ...]:
+    """The function's module, when it is the user's own file rather than an installed one."""
+    import sys
+    import sysconfig
+
+    name = getattr(func, "__module__", None)
+    module = sys.modules.get(name or "")
+    path = getattr(module, "__file__", None)
+    if not name or name == "__main__" or not path:
+        return ()
+    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    resolved = str(Path(path).resolve())
+    if any(resolved.startswith(str(Path(p).resolve())) for p in installed):
+        return ()
+    return (name,)
+
+
 def _read_requirements(path: str) -> bytes:
     from shoal.errors import InvalidArgumentError
 
@@ -66,7 +83,10 @@ class JobService:
         """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
         requirements = _read_requirements(spec.dependencies) if spec.dependencies else None
         key = new_key()
-        fn_payload = serialize(func, key, what=f"function {spec.function_name!r}")
+        # An isolated environment cannot import the caller's own (uninstalled) modules.
+        by_value = _local_modules(func) if spec.dependencies else ()
+        fn_payload = serialize(func, key, what=f"function {spec.function_name!r}",
+                               by_value=by_value)
         arg_payload = serialize((tuple(args), dict(kwargs)), key,
                                 what=f"arguments of {spec.function_name!r}")
         record = self.metadata.create_job(spec, secret=key, backend=self.backend.name)
@@ -165,7 +185,8 @@ class JobService:
         if not record.is_terminal:
             raise InvalidTransitionError(f"job {name} is still {record.status}", job=name)
         failure = JobFailedError(
-            f"job {name} failed: {record.failure_reason}. Log: {self.log_uri(name)}",
+            f"job {name} failed: {(record.failure_reason or '').rstrip('.')}. "
+            f"Log: {self.log_uri(name)}",
             job=name, log_uri=self.log_uri(name), reason=record.failure_reason)
         if record.failure_kind == FailureKind.TIMEOUT:
             raise JobTimeoutError(f"job {name}: {record.failure_reason}", job=name,

@@ -52,10 +52,21 @@ def _sign(key: str, data: bytes) -> str:
     return hmac.new(bytes.fromhex(key), data, hashlib.sha256).hexdigest()
 
 
-def serialize(obj: object, key: str, *, what: str) -> Payload:
-    """Pickle *obj* and sign it. *what* names the object in errors ("function 'divide'")."""
+def serialize(obj: object, key: str, *, what: str,
+              by_value: tuple[str, ...] = ()) -> Payload:
+    """Pickle *obj* and sign it. *what* names the object in errors ("function 'divide'").
+
+    *by_value* names modules whose functions and classes travel by value rather than as an
+    import, for a job whose environment cannot import them (a local, uninstalled module).
+    """
     import cloudpickle
 
+    registered = []
+    for name in by_value:
+        module = sys.modules.get(name)
+        if module is not None and name not in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.register_pickle_by_value(module)
+            registered.append(module)
     try:
         data = _dumps(obj)
     except Exception as e:  # cloudpickle raises many types: TypeError, PicklingError, ...
@@ -66,6 +77,9 @@ def serialize(obj: object, key: str, *, what: str) -> Payload:
             "open files, sockets and database connections cannot be sent to a job; create them "
             "inside the function instead.", what=what, culprit=culprit,
         ) from e
+    finally:
+        for module in registered:
+            cloudpickle.unregister_pickle_by_value(module)
     meta = {
         "format_version": FORMAT_VERSION,
         "serializer": SERIALIZER,
@@ -153,8 +167,12 @@ def deserialize(payload: Payload, key: str, *, what: str) -> Any:
     try:
         return cloudpickle.loads(payload.data)
     except Exception as e:
-        raise SerializationError(f"cannot unpickle the {what}: {type(e).__name__}: {e}. A module "
-                                 "it needs may be missing in this environment.", what=what) from e
+        missing = getattr(e, "name", None) if isinstance(e, ImportError) else None
+        hint = (f" Module {missing!r} is not importable in the job's environment: add it to "
+                "dependencies, or ship it with include_local_workdir=True."
+                if missing else "")
+        raise SerializationError(f"cannot unpickle the {what}: {type(e).__name__}: {e}.{hint}",
+                                 what=what, module=missing) from e
 
 
 def _find_unpicklable(obj: object) -> str | None:

@@ -1,0 +1,101 @@
+"""Isolated environments: built with uv from PyPI, cached by lock, built once, never half-done."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal import JobFailedError, RemoteExecutor, remote
+from shoal.core import FailureKind, JobQuery
+from shoal.envs import UvEnvBuilder
+
+pytestmark = pytest.mark.slow
+
+
+def _six_version():
+    import six
+
+    return six.__version__
+
+
+def _builder(session):
+    return UvEnvBuilder(session.home / "envs")
+
+
+def test_job_runs_in_an_isolated_env_holding_exactly_its_requirements(session, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text("six==1.16.0\n")
+
+    @remote(dependencies=str(req))
+    def probe():
+        import importlib.util
+        import sys
+
+        import six
+
+        return six.__version__, importlib.util.find_spec("sqlalchemy") is None, sys.prefix
+
+    version, no_sqlalchemy, prefix = probe()
+    assert version == "1.16.0"
+    assert no_sqlalchemy  # the client's packages are not visible in the job
+    [env] = _builder(session).list()
+    assert prefix == str(env.path)
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="probe-"))
+    lock = session.artifacts.get_bytes(f"{record.name}/env/requirements.lock").decode()
+    assert "six==1.16.0" in lock and "cloudpickle==" in lock
+    assert record.env_setup_seconds is not None and record.env_setup_seconds > 0
+
+
+def test_concurrent_jobs_build_one_env_and_equivalent_requests_share_it(session, tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("six==1.16.0\n")
+    b.write_text("six>=1.16,<1.17  # resolves to the same lock\n")
+    with RemoteExecutor(max_parallel_jobs=2, dependencies=str(a)) as e:
+        futures = [e.submit(_six_version) for _ in range(2)]
+    assert [f.result() for f in futures] == ["1.16.0", "1.16.0"]
+    assert remote(dependencies=str(b))(_six_version)() == "1.16.0"
+    envs = _builder(session).list()
+    assert len(envs) == 1
+    logs = [session.jobs.read_log(f.job_name).decode() for f in futures]
+    assert sum("building environment" in log for log in logs) == 1
+
+
+def test_package_that_does_not_exist_fails_with_the_resolver_message(session, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text("shoal-surely-not-a-real-package==9.9.9\n")
+
+    with pytest.raises(JobFailedError) as info:
+        remote(dependencies=str(req))(_six_version)()
+    assert "shoal-surely-not-a-real-package" in str(info.value)
+    [record] = session.metadata.list_jobs(JobQuery())
+    assert record.failure_kind == FailureKind.ENVIRONMENT
+    assert _builder(session).list() == []
+    assert not list((session.home / "envs").glob(".build-*"))
+
+
+def test_conflicting_pins_fail_and_cache_nothing(session, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text("six==1.16.0\nsix==1.17.0\n")
+    with pytest.raises(JobFailedError, match="six"):
+        remote(dependencies=str(req))(_six_version)()
+    assert _builder(session).list() == []
+
+
+def test_shell_metacharacters_never_reach_a_shell(session, tmp_path):
+    canary = tmp_path / "canary"
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"six==1.16.0; touch {canary}\nsix && touch {canary}\n")
+    with pytest.raises(JobFailedError):
+        remote(dependencies=str(req))(_six_version)()
+    assert not canary.exists()
+    assert _builder(session).list() == []
+
+
+def test_prune_removes_unused_environments(session, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text("six==1.16.0\n")
+    remote(dependencies=str(req))(_six_version)()
+    builder = _builder(session)
+    [env] = builder.list()
+    assert builder.prune(unused_for_seconds=3600) == []
+    assert builder.prune(unused_for_seconds=0) == [env.key]
+    assert builder.list() == [] and not env.path.exists()
