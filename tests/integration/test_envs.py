@@ -99,3 +99,58 @@ def test_prune_removes_unused_environments(session, tmp_path):
     assert builder.prune(unused_for_seconds=3600) == []
     assert builder.prune(unused_for_seconds=0) == [env.key]
     assert builder.list() == [] and not env.path.exists()
+
+
+def test_pre_execution_commands_run_first_and_their_output_is_logged(session, tmp_path):
+    marker = tmp_path / "prepared"
+
+    @remote(pre_execution_commands=["echo setting up", f"echo ready > {marker}"])
+    def read_marker():
+        return marker.read_text().strip()
+
+    assert read_marker() == "ready"
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="read-marker-"))
+    log = session.jobs.read_log(record.name).decode()
+    assert "$ echo setting up" in log and "setting up\n" in log
+
+
+def test_failing_pre_execution_command_fails_the_job_with_its_output(session, tmp_path):
+    ran = tmp_path / "function-ran"
+
+    @remote(pre_execution_commands=["echo about to fail", "exit 7", "echo never"])
+    def never():
+        ran.write_text("x")
+
+    with pytest.raises(JobFailedError, match="exit 7") as info:
+        never()
+    assert "code 7" in str(info.value)
+    assert not ran.exists()
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="never-"))
+    assert record.failure_kind == FailureKind.ENVIRONMENT
+    log = session.jobs.read_log(record.name).decode()
+    assert "about to fail" in log and "$ echo never" not in log
+
+
+def test_pre_execution_script_runs_in_the_isolated_env(session, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text("six==1.16.0\n")
+    script = tmp_path / "setup.sh"
+    out = tmp_path / "which-python"
+    script.write_text(f"python -c 'import six, sys; print(sys.prefix)' > {out}\n")
+
+    @remote(dependencies=str(req), pre_execution_script=str(script))
+    def f():
+        return 1
+
+    assert f() == 1
+    [env] = _builder(session).list()
+    assert out.read_text().strip() == str(env.path)
+
+
+def test_pre_execution_commands_and_script_together_are_refused(session, tmp_path):
+    script = tmp_path / "s.sh"
+    script.write_text("true\n")
+    with pytest.raises(ValueError, match="not both"):
+        remote(pre_execution_commands=["true"], pre_execution_script=str(script))(
+            _six_version)()
+    assert session.metadata.list_jobs(JobQuery()) == []

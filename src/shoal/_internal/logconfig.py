@@ -14,7 +14,7 @@ _HANDLER_NAME = "shoal-cli"
 
 
 def configure(level: int | str = logging.WARNING, *, json: bool = False) -> None:
-    """Send shoal's log records at *level* and above to stderr (rich-formatted).
+    """Send shoal's log records at *level* and above to stderr (rich-formatted on a terminal).
 
     Idempotent: a second call changes the level and keeps the one handler. *json* writes one
     JSON object a line instead (for the server's structured logs).
@@ -30,11 +30,18 @@ def configure(level: int | str = logging.WARNING, *, json: bool = False) -> None
         handler.setFormatter(_JsonFormatter())
     else:
         from rich.console import Console
-        from rich.logging import RichHandler
 
-        handler = RichHandler(console=Console(stderr=True), show_path=False,
-                              rich_tracebacks=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+        console = Console(stderr=True)
+        if console.is_terminal:
+            from rich.logging import RichHandler
+
+            handler = RichHandler(console=console, show_path=False, rich_tracebacks=False,
+                                  markup=False)
+            handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+        else:  # piped or captured: plain lines, not wrapped at 80 columns
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter(
+                "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.set_name(_HANDLER_NAME)
     handler.setLevel(level)
     logger.addHandler(handler)

@@ -38,6 +38,8 @@ def _settings_rows(settings: Any) -> list[dict[str, Any]]:
                 "user_config_override": settings.user_config_path()}
     for name, source in settings.sources().items():
         value = getattr(settings, name)
+        if name == "home" and state.home is not None:
+            source = "argument --home"  # Settings.sources() says env when SHOAL_HOME is also set
         row = {"name": name, "value": _display(name, value), "source": source}
         if value is None and name in resolved:
             row["effective"] = _display(name, resolved[name])

@@ -88,7 +88,7 @@ class State:
 
     home: Path | None = None
     verbose: int = 0
-    _sessions: list[Any] = field(default_factory=list)
+    _sessions: dict[tuple[Path, ...], Any] = field(default_factory=dict)
 
     def session_kwargs(self) -> dict[str, Any]:
         return {"home": str(self.home)} if self.home is not None else {}
@@ -97,12 +97,10 @@ class State:
         """A session for this invocation (``--home`` beats ``SHOAL_HOME``)."""
         from shoal.session import Session
 
-        for existing in self._sessions:
-            if existing._config_files == tuple(config_files):
-                return existing  # type: ignore[no-any-return]
-        session = Session(config_files=config_files, **self.session_kwargs())
-        self._sessions.append(session)
-        return session
+        key = tuple(config_files)
+        if key not in self._sessions:
+            self._sessions[key] = Session(config_files=key, **self.session_kwargs())
+        return self._sessions[key]  # type: ignore[no-any-return]
 
     def home_option(self) -> str:
         """``--home PATH `` when one was given, so printed commands find the same jobs."""
@@ -110,7 +108,7 @@ class State:
 
     def close(self) -> None:
         while self._sessions:
-            self._sessions.pop().close()
+            self._sessions.popitem()[1].close()
 
 
 state = State()

@@ -100,6 +100,8 @@ class JobSpec:
     allow_cpu_fallback: bool = False
     environment_variables: Mapping[str, str] = field(default_factory=dict)
     dependencies: str | None = None
+    pre_execution_commands: tuple[str, ...] = ()
+    pre_execution_script: str | None = None
     max_runtime_in_seconds: int = 24 * 3600
     max_retry_attempts: int = 1
     stop_grace_period_in_seconds: float = 10.0
@@ -122,6 +124,7 @@ class JobSpec:
         kwargs["name"] = JobName(kwargs["name"])
         kwargs["kind"] = JobKind(kwargs.get("kind", JobKind.FUNCTION))
         kwargs["tags"] = tuple((str(k), str(v)) for k, v in kwargs.get("tags", ()))
+        kwargs["pre_execution_commands"] = tuple(kwargs.get("pre_execution_commands", ()))
         return cls(**kwargs)
 
 

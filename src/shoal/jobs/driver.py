@@ -14,7 +14,6 @@ import os
 import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -23,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
-from shoal.errors import ShoalError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
+from shoal.jobs._prepare import JobPython, PrepareError, Preparer
+from shoal.jobs._process import ExecProcess, ForkedProcess, JobProcess, killpg
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
@@ -34,15 +34,6 @@ __all__ = ["Outcome", "Supervisor"]
 
 logger = logging.getLogger(__name__)
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-@dataclass(frozen=True, slots=True)
-class _JobPython:
-    """Which interpreter runs the job, and how it starts."""
-
-    python: str
-    fork: bool
-    pythonpath: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +58,9 @@ class Supervisor:
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
-        self._envs = envs  # an UvEnvBuilder, for jobs with dependencies
-        self._plan = _JobPython(self._python, fork=self._fork)
+        self._preparer = Preparer(service.artifacts, envs=envs, python=self._python,
+                                  fork=self._fork)
+        self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
 
     # --- signals ----------------------------------------------------------------------
@@ -151,19 +143,22 @@ class Supervisor:
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         t0 = time.monotonic()
-        problem = self._prepare(record, workdir, sink)
+        try:
+            self._plan = self._preparer.prepare(record, workdir, sink)
+            env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
+            self._preparer.pre_execute(record, self._plan, env, workdir, sink,
+                                       lambda: self._stop)
+        except PrepareError as e:
+            return Outcome(JobStatus.FAILED, e.kind, e.reason)
         setup = time.monotonic() - t0
-        if problem is not None:
-            return problem
         if self._stop:
             return Outcome(JobStatus.STOPPED, reason="stopped while starting")
-        env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
         try:
             if self._plan.fork:
-                proc: _Process = _ForkedProcess.start(workdir, env, spec.memory_mib,
+                proc: JobProcess = ForkedProcess.start(workdir, env, spec.memory_mib,
                                                       close_fds=(self._wake_r, self._wake_w))
             else:
-                proc = _ExecProcess.start(self._plan.python, workdir, env, spec.memory_mib)
+                proc = ExecProcess.start(self._plan.python, workdir, env, spec.memory_mib)
         except OSError as e:
             return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
                            f"cannot start the job process ({self._plan.python}): {e}",
@@ -171,49 +166,6 @@ class Supervisor:
         self._svc.transition(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
         rc, stopped, timed_out = self._watch(proc, spec, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink)
-
-    def _prepare(self, record: JobRecord, workdir: Path, sink: LogSink) -> Outcome | None:
-        spec = record.spec
-        if spec.python_version and spec.python_version != _python_version():
-            return Outcome(JobStatus.FAILED, FailureKind.VERSION,
-                           f"the client runs Python {spec.python_version} but the job would run "
-                           f"Python {_python_version()}; client and job major.minor must match")
-        plan = _JobPython(self._python, fork=self._fork)
-        if spec.dependencies:
-            try:
-                plan = self._build_env(record, sink)
-            except ShoalError as e:
-                return Outcome(JobStatus.FAILED, FailureKind.ENVIRONMENT,
-                               f"the environment for {spec.dependencies} could not be built: {e}")
-        self._plan = plan
-        for kind in ("function", "arguments"):
-            target = workdir / kind
-            target.mkdir()
-            payload = self._svc.get_payload(record.name, kind)
-            (target / "payload.pkl").write_bytes(payload.data)
-            (target / "metadata.json").write_bytes(payload.metadata)
-        return None
-
-    def _build_env(self, record: JobRecord, sink: LogSink) -> _JobPython:
-        import cloudpickle
-
-        from shoal.envs import ensure_runtime
-
-        spec = record.spec
-        if self._envs is None:
-            raise ShoalError(f"job {record.name} asks for dependencies but this supervisor has "
-                             "no environment builder")
-        text = self._svc.artifacts.get_bytes(job_key(record.name, "env", "requirements.txt"))
-        built = self._envs.ensure(
-            text.decode(), base_dir=Path(spec.dependencies or ".").parent,
-            extra=(f"cloudpickle=={cloudpickle.__version__}",),
-            log=lambda msg: sink.write(msg.encode()))
-        self._svc.artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),
-                                      built.lock.encode())
-        sink.write(f"[shoal] environment {built.key[:12]} "
-                   f"({'cached' if built.cached else 'built'}) in {built.seconds:.2f} s\n".encode())
-        runtime = ensure_runtime(self._envs.root.parent / "runtime")
-        return _JobPython(str(built.python), fork=False, pythonpath=(str(runtime),))
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
@@ -231,13 +183,13 @@ class Supervisor:
                 os.pathsep)
         env.update(spec.environment_variables)
         env.update({"SHOAL_JOB_NAME": name, "SHOAL_JOB_KEY": secret, "PYTHONUNBUFFERED": "1"})
-        if spec.extra.get("cwd"):
-            env["SHOAL_JOB_CWD"] = str(spec.extra["cwd"])
+        if plan.cwd is not None:
+            env["SHOAL_JOB_CWD"] = str(plan.cwd)
         return env
 
     # --- watching ---------------------------------------------------------------------
 
-    def _watch(self, proc: _Process, spec: JobSpec, sink: LogSink) -> tuple[int, bool, bool]:
+    def _watch(self, proc: JobProcess, spec: JobSpec, sink: LogSink) -> tuple[int, bool, bool]:
         out_fd = proc.out_fd
         os.set_blocking(out_fd, False)
         sel = selectors.DefaultSelector()
@@ -250,13 +202,13 @@ class Supervisor:
             now = time.monotonic()
             if self._stop and not stopped and not timed_out:
                 stopped = True
-                _killpg(proc.pid, signal.SIGTERM)
+                killpg(proc.pid, signal.SIGTERM)
                 kill_at = now + spec.stop_grace_period_in_seconds
             if not timed_out and not stopped and now >= deadline:
                 timed_out = True
-                _killpg(proc.pid, signal.SIGKILL)
+                killpg(proc.pid, signal.SIGKILL)
             if kill_at is not None and now >= kill_at:
-                _killpg(proc.pid, signal.SIGKILL)
+                killpg(proc.pid, signal.SIGKILL)
                 kill_at = None
             waits = [deadline - now, sink.next_flush(now) - now, 1.0]
             if kill_at is not None:
@@ -274,7 +226,7 @@ class Supervisor:
                 eof = True
         sel.close()
         rc = proc.wait()
-        _killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
+        killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
         os.close(out_fd)
         return rc, stopped, timed_out
 
@@ -329,139 +281,9 @@ class Supervisor:
                        (workdir / kind / "metadata.json").read_bytes())
 
 
-class _Process:
-    pid: int
-    out_fd: int
-
-    def poll(self) -> int | None:
-        raise NotImplementedError
-
-    def wait(self) -> int:
-        raise NotImplementedError
-
-
-class _ExecProcess(_Process):
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self._p = popen
-        self.pid = popen.pid
-        if popen.stdout is None:  # Popen(stdout=PIPE) always sets it
-            raise RuntimeError("job process has no output pipe")
-        self.out_fd = os.dup(popen.stdout.fileno())
-        popen.stdout.close()
-
-    @classmethod
-    def start(cls, python: str, workdir: Path, env: dict[str, str],
-              memory_mib: int | None) -> _ExecProcess:
-        return cls(subprocess.Popen(
-            [python, "-m", "shoal.jobs._entrypoint", str(workdir)],
-            env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_limits(memory_mib)))  # noqa: PLW1509 - the supervisor is single-threaded
-
-    def poll(self) -> int | None:
-        return self._p.poll()
-
-    def wait(self) -> int:
-        return self._p.wait()
-
-
-class _ForkedProcess(_Process):
-    def __init__(self, pid: int, out_fd: int) -> None:
-        self.pid, self.out_fd = pid, out_fd
-        self._rc: int | None = None
-
-    @classmethod
-    def start(cls, workdir: Path, env: dict[str, str], memory_mib: int | None,
-              close_fds: tuple[int, ...]) -> _ForkedProcess:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child; its effects are tested
-            code = 70
-            try:
-                os.close(r)
-                code = _run_forked_child(workdir, env, memory_mib, w, close_fds)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
-        os.close(w)
-        return cls(pid, r)
-
-    def poll(self) -> int | None:
-        if self._rc is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self._rc = os.waitstatus_to_exitcode(status)
-        return self._rc
-
-    def wait(self) -> int:
-        if self._rc is None:
-            _, status = os.waitpid(self.pid, 0)
-            self._rc = os.waitstatus_to_exitcode(status)
-        return self._rc
-
-
-def _run_forked_child(workdir: Path, env: dict[str, str], memory_mib: int | None, out: int,
-                      close_fds: tuple[int, ...]) -> int:
-    import io
-
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    for fd in close_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    os.close(devnull)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    _limits(memory_mib)()
-    os.environ.clear()
-    os.environ.update(env)
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-    sys.path[:0] = extra
-    os.chdir(workdir)
-    from shoal.jobs._entrypoint import main as entry
-
-    return entry([str(workdir)])
-
-
-def _python_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _killpg(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _limits(memory_mib: int | None) -> Any:
-    def apply() -> None:
-        import ctypes
-        import resource
-
-        # Die with the supervisor: a job never outlives the process that records its end.
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if memory_mib:
-            limit = memory_mib * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply

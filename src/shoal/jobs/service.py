@@ -47,13 +47,13 @@ def _local_modules(func: Callable[..., Any]) -> tuple[str, ...]:
     return (name,)
 
 
-def _read_requirements(path: str) -> bytes:
+def _read_file(path: str, what: str) -> bytes:
     from shoal.errors import InvalidArgumentError
 
     try:
         return Path(path).read_bytes()
     except OSError as e:
-        raise InvalidArgumentError(f"cannot read dependencies file {path}: {e}",
+        raise InvalidArgumentError(f"cannot read the {what} file {path}: {e}",
                                    path=path) from e
 
 
@@ -81,7 +81,9 @@ class JobService:
     def submit_function(self, spec: JobSpec, func: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: Mapping[str, Any]) -> JobRecord:
         """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
-        requirements = _read_requirements(spec.dependencies) if spec.dependencies else None
+        requirements = _read_file(spec.dependencies, "dependencies") if spec.dependencies else None
+        script = (_read_file(spec.pre_execution_script, "pre_execution_script")
+                  if spec.pre_execution_script else None)
         key = new_key()
         # An isolated environment cannot import the caller's own (uninstalled) modules.
         by_value = _local_modules(func) if spec.dependencies else ()
@@ -96,6 +98,8 @@ class JobService:
             if requirements is not None:
                 self.artifacts.put_bytes(job_key(spec.name, "env", "requirements.txt"),
                                          requirements)
+            if script is not None:
+                self.artifacts.put_bytes(job_key(spec.name, "env", "pre_exec.sh"), script)
         except ShoalError as e:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the payloads of job {spec.name}: {e}")

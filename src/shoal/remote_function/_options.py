@@ -64,7 +64,7 @@ _INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "s
           "use_spot_instances", "max_wait_time_in_seconds")
 # Features that arrive with later issues: refused clearly rather than ignored.
 _NOT_YET = {
-    "pre_execution_commands": "#3", "pre_execution_script": "#3", "include_local_workdir": "#3",
+    "include_local_workdir": "#3",
     "custom_file_filter": "#3", "job_conda_env": "#3", "keep_alive_period_in_seconds": "#3",
     "spark_config": "a later issue", "use_torchrun": "#4", "use_mpirun": "#4",
     "nproc_per_node": "#4",
@@ -176,6 +176,7 @@ class RemoteOptions:
         extra: dict[str, Any] = {"sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
         if gpu_note:
             extra["gpu_fallback"] = gpu_note
+        commands, script = self._pre_execution(defaults)
         base = self.job_name_prefix or getattr(func, "__name__", "job")
         now = datetime.now(UTC)
         return JobSpec(
@@ -189,6 +190,8 @@ class RemoteOptions:
             allow_cpu_fallback=self.allow_cpu_fallback,
             environment_variables=dict(env),
             dependencies=self._dependencies(defaults),
+            pre_execution_commands=commands,
+            pre_execution_script=script,
             max_runtime_in_seconds=self.max_runtime_in_seconds,
             max_retry_attempts=self.max_retry_attempts,
             stop_grace_period_in_seconds=self.stop_grace_period_in_seconds,
@@ -227,6 +230,24 @@ class RemoteOptions:
             raise InvalidArgumentError(f"dependencies file {deps} does not exist (looked for "
                                        f"{path})", argument="dependencies", path=str(path))
         return str(path)
+
+    def _pre_execution(self, defaults: Any) -> tuple[tuple[str, ...], str | None]:
+        commands = self.resolve("pre_execution_commands", defaults) or []
+        script = self.resolve("pre_execution_script", defaults)
+        if commands and script:
+            raise InvalidArgumentError("give pre_execution_commands or pre_execution_script, "
+                                       "not both (SageMaker's rule)",
+                                       argument="pre_execution_commands")
+        if not isinstance(commands, list | tuple) or not all(isinstance(c, str) for c in commands):
+            raise InvalidArgumentError("pre_execution_commands must be a list of strings",
+                                       argument="pre_execution_commands")
+        if script is not None:
+            path = Path(str(script)).expanduser().resolve()
+            if not path.is_file():
+                raise InvalidArgumentError(f"pre_execution_script {script} does not exist "
+                                           f"(looked for {path})", argument="pre_execution_script")
+            script = str(path)
+        return tuple(commands), script
 
     def _tags(self, defaults: Any) -> tuple[tuple[str, str], ...]:
         given = self.tags if self.tags is not UNSET else None

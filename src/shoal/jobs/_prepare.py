@@ -1,0 +1,165 @@
+"""The environment phase of a job: interpreter, isolated env, shipped workdir, pre-execution.
+
+Everything here happens while the job is ``starting``; its duration is recorded on the job,
+its output goes to the job's log, and a failure has its own reason (``environment``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal.core.jobs import FailureKind, JobRecord
+from shoal.errors import ArtifactNotFound, ShoalError
+from shoal.jobs.logsink import LogSink
+from shoal.storage.artifacts import job_key
+
+__all__ = ["JobPython", "PrepareError", "Preparer"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobPython:
+    """Which interpreter runs the job, how it starts, and where."""
+
+    python: str
+    fork: bool
+    pythonpath: tuple[str, ...] = ()
+    isolated: bool = False
+    cwd: Path | None = None
+
+
+class PrepareError(Exception):
+    def __init__(self, kind: FailureKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+
+class Preparer:
+    def __init__(self, artifacts: Any, *, envs: Any, python: str, fork: bool) -> None:
+        self._artifacts = artifacts
+        self._envs = envs
+        self._python = python
+        self._fork = fork
+
+    def prepare(self, record: JobRecord, workdir: Path, sink: LogSink) -> JobPython:
+        spec = record.spec
+        ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+        if spec.python_version and spec.python_version != ours:
+            raise PrepareError(FailureKind.VERSION,
+                               f"the client runs Python {spec.python_version} but the job would "
+                               f"run Python {ours}; client and job major.minor must match")
+        plan = JobPython(self._python, fork=self._fork)
+        if spec.dependencies:
+            try:
+                plan = self._build_env(record, sink)
+            except ShoalError as e:
+                raise PrepareError(FailureKind.ENVIRONMENT, f"the environment for "
+                                   f"{spec.dependencies} could not be built: {e}") from e
+        sha = spec.extra.get("workdir_sha256")
+        if sha:
+            plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
+        for kind in ("function", "arguments"):
+            target = workdir / kind
+            target.mkdir()
+            for fname in ("payload.pkl", "metadata.json"):
+                (target / fname).write_bytes(
+                    self._artifacts.get_bytes(job_key(record.name, kind, fname)))
+        return plan
+
+    def _build_env(self, record: JobRecord, sink: LogSink) -> JobPython:
+        import cloudpickle
+
+        from shoal.envs import ensure_runtime
+
+        spec = record.spec
+        if self._envs is None:
+            raise ShoalError(f"job {record.name} asks for dependencies but this supervisor has "
+                             "no environment builder")
+        text = self._artifacts.get_bytes(job_key(record.name, "env", "requirements.txt"))
+        built = self._envs.ensure(
+            text.decode(), base_dir=Path(spec.dependencies or ".").parent,
+            extra=(f"cloudpickle=={cloudpickle.__version__}",),
+            log=lambda msg: sink.write(msg.encode()))
+        self._artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),
+                                  built.lock.encode())
+        how = "cached" if built.cached else "built"
+        sink.write(f"[shoal] environment {built.key[:12]} ({how}) in {built.seconds:.2f} s\n"
+                   .encode())
+        runtime = ensure_runtime(self._envs.root.parent / "runtime")
+        return JobPython(str(built.python), fork=False, pythonpath=(str(runtime),),
+                         isolated=True)
+
+    def _unpack_workdir(self, record: JobRecord, sha: str, workdir: Path, plan: JobPython,
+                        sink: LogSink) -> JobPython:
+        from shoal.envs._workdir import unpack_workdir
+
+        try:
+            data = self._artifacts.get_bytes(job_key(record.name, "workdir", f"{sha}.zip"))
+        except ArtifactNotFound as e:
+            raise PrepareError(FailureKind.INTERNAL, f"the shipped workdir is missing: {e}") from e
+        target = workdir / "src"
+        try:
+            unpack_workdir(data, target)
+        except ShoalError as e:
+            raise PrepareError(FailureKind.ENVIRONMENT, str(e)) from e
+        sink.write(f"[shoal] workdir {sha[:12]} unpacked ({len(data)} bytes)\n".encode())
+        return JobPython(plan.python, plan.fork, (str(target), *plan.pythonpath), plan.isolated,
+                         cwd=target)
+
+    # --- pre-execution --------------------------------------------------------------------
+
+    def pre_execute(self, record: JobRecord, plan: JobPython, env: dict[str, str],
+                    workdir: Path, sink: LogSink, should_stop: Callable[[], bool]) -> None:
+        """Run the job's pre-execution commands or script, in its environment, in order."""
+        spec = record.spec
+        commands = list(spec.pre_execution_commands)
+        if spec.pre_execution_script:
+            script = workdir / "pre_exec.sh"
+            script.write_bytes(self._artifacts.get_bytes(
+                job_key(record.name, "env", "pre_exec.sh")))
+            commands.append(f"bash {script}")
+        if not commands:
+            return
+        env = dict(env)
+        if plan.isolated:  # the environment's own tools first, as an activated venv would
+            env_bin = str(Path(plan.python).parent)
+            env["PATH"] = os.pathsep.join([env_bin, env.get("PATH", "")])
+            env["VIRTUAL_ENV"] = str(Path(env_bin).parent)
+        env.pop("SHOAL_JOB_KEY", None)
+        shell = shutil.which("bash") or "/bin/sh"
+        for command in commands:
+            sink.write(f"[shoal] pre-execution: $ {command}\n".encode())
+            t0 = time.monotonic()
+            code, tail = _run_streaming([shell, "-c", command], env=env,
+                                        cwd=plan.cwd or workdir, sink=sink,
+                                        should_stop=should_stop)
+            if code != 0:
+                raise PrepareError(
+                    FailureKind.ENVIRONMENT,
+                    f"pre-execution command {command!r} exited with code {code} after "
+                    f"{time.monotonic() - t0:.1f} s; its output ends with:\n{tail}")
+
+
+def _run_streaming(argv: list[str], *, env: dict[str, str], cwd: Path, sink: LogSink,
+                   should_stop: Callable[[], bool]) -> tuple[int, str]:
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    lines: list[str] = []
+    if proc.stdout is None:  # Popen(stdout=PIPE) always sets it
+        raise RuntimeError("no output pipe")
+    for raw in iter(proc.stdout.readline, b""):
+        sink.write(raw)
+        lines = [*lines[-19:], raw.decode(errors="replace").rstrip()]
+        if should_stop():
+            proc.kill()
+            break
+    proc.stdout.close()
+    return proc.wait(), "\n".join(lines)
