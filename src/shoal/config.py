@@ -42,7 +42,7 @@ def _settings_class() -> type[Any]:
     global _SETTINGS_CLS
     if _SETTINGS_CLS is not None:
         return _SETTINGS_CLS
-    from pydantic import Field
+    from pydantic import Field, PrivateAttr
     from pydantic_settings import BaseSettings, SettingsConfigDict
 
     class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
@@ -59,6 +59,7 @@ def _settings_class() -> type[Any]:
         env_resolve_ttl_seconds: float = 24 * 3600.0
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
+        _explicit: frozenset[str] = PrivateAttr(default=frozenset())
 
         def resolved_metadata_url(self) -> str:
             return self.metadata_url or f"sqlite:///{self.home / 'shoal.db'}"
@@ -77,7 +78,9 @@ def _settings_class() -> type[Any]:
             out = {}
             for name in type(self).model_fields:
                 env = f"SHOAL_{name.upper()}"
-                if name in self.model_fields_set and env in os.environ:
+                if name in self._explicit:
+                    out[name] = "argument"
+                elif name in self.model_fields_set and env in os.environ:
                     out[name] = f"env {env}"
                 elif name in self.model_fields_set:
                     out[name] = "argument"
@@ -102,12 +105,14 @@ def Settings(**kwargs: Any) -> Any:  # noqa: N802 - a factory that stands where 
     from pydantic import ValidationError
 
     try:
-        return _settings_class()(**kwargs)
+        settings = _settings_class()(**kwargs)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
                              for err in e.errors())
         raise ConfigError(f"invalid shoal settings ({problems}). Check the SHOAL_* environment "
                           "variables and the arguments given to Session().") from e
+    settings._explicit = frozenset(kwargs)
+    return settings
 
 
 def default_admin_config_path() -> Path:

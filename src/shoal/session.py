@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
 _SUPERVISOR_PREPARE = "shoal.session:warm_supervisor"
 _PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.storage.sql",
-            "fsspec.implementations.local", "shoal.config:_settings_class")
+            "fsspec.implementations.local", "shoal.config:_settings_class",
+            "shoal.serialization:warm_up")
 
 
 class Session:
@@ -227,18 +228,39 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     session.metadata.close()  # dispose pooled connections; the engine and its caches stay
 
 
+def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float) -> None:
+    """Stay alive for *keep_alive* seconds after each job and take the next one handed over."""
+    endpoint = session.backend.warm_endpoint(pool)
+    try:
+        while (request := endpoint.next_job(keep_alive)) is not None:
+            job, env = request
+            os.environ.clear()
+            os.environ.update(env)  # each job runs with its own client's environment
+            try:
+                supervisor.run(job)
+            finally:
+                endpoint.job_done()
+    finally:
+        endpoint.close()
+
+
 def supervisor_main(job: str) -> int:
     """Entry point of a job's supervisor process (forked by the launcher or spawned)."""
     from shoal.jobs.driver import Supervisor
     from shoal.jobs.slots import SlotPool
 
     session = _WARM.get(_warm_key(os.environ)) or Session()
+    pool = os.environ.get("SHOAL_WARM_POOL_DIR")
+    keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)
     try:
         supervisor = Supervisor(session.jobs, work_root=session.home / "work",
                                 slots=SlotPool(session.home / "slots", session.max_slots),
                                 fork=session.settings.job_process == "fork",
-                                envs=session.env_builder)
-        return supervisor.run(job)
+                                envs=session.env_builder, warm=bool(pool))
+        code = supervisor.run(job)
+        if pool and keep_alive > 0:
+            _serve_warm(session, supervisor, pool, keep_alive)
+        return code
     finally:
         session.close()
         sys.stdout.flush()

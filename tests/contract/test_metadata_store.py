@@ -73,7 +73,8 @@ class Ctx:
         return name
 
     def mine(self, **query: object) -> list[str]:
-        q = JobQuery(name_prefix=self.prefix + "-", limit=10_000, **query)  # type: ignore[arg-type]
+        query.setdefault("limit", 10_000)
+        q = JobQuery(name_prefix=self.prefix + "-", **query)  # type: ignore[arg-type]
         return [r.name for r in self.store.list_jobs(q)]
 
 
@@ -407,15 +408,24 @@ def test_processes_create_concurrently_on_sqlite(tmp_path: Path) -> None:
 def test_concurrent_schema_creation_on_postgres(postgres_server_url: str) -> None:
     with fresh_postgres_database(postgres_server_url) as url:
         barrier = threading.Barrier(4)
+        results: list[object] = []
 
-        def open_and_close(_: int) -> str:
-            barrier.wait(timeout=30)
-            store = SqlMetadataStore.open(url, create=True)
-            store.close()
-            return "ok"
+        def open_and_close() -> None:
+            try:
+                barrier.wait(timeout=30)
+                SqlMetadataStore.open(url, create=True).close()
+                results.append("ok")
+            except Exception as e:  # reported below
+                results.append(e)
 
-        with ThreadPoolExecutor(4) as pool:
-            assert list(pool.map(open_and_close, range(4))) == ["ok"] * 4
+        # Daemon threads and a bounded join: a deadlock fails the test instead of hanging it.
+        threads = [threading.Thread(target=open_and_close, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "schema creation deadlocked"
+        assert results == ["ok"] * 4
 
 
 # --- schema guard -------------------------------------------------------------------------

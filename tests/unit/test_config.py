@@ -286,7 +286,10 @@ def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
 
 #: Modules that may read os.environ: settings, and code that starts processes with an
 #: explicit environment (the in-job entry point, the job driver and the backends).
-ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "backends/")
+# Besides config.py, only code that builds a child process's environment, or is the entry
+# point of one (the supervisor in session.py, the job's own process), touches os.environ.
+ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jobs/_process.py",
+                       "session.py", "envs/_uv.py", "backends/")
 _ENV_USE = re.compile(r"\bos\.(environ|getenv)\b|\bfrom\s+os\s+import\b[^\n]*\b(environ|getenv)\b")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from shoal.backends._procfs import process_state, start_ticks
+from shoal.backends._warm import WarmEndpoint, claim_worker, pool_dir
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.errors import LaunchError
 
@@ -58,21 +59,30 @@ class LocalBackend:
     # --- launching --------------------------------------------------------------------
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
+        if ctx.pool:
+            claim = claim_worker(pool_dir(self._run_dir, ctx.pool), ctx.job, ctx.env)
+            if claim is not None:
+                return LaunchInfo("local", claim.pid, socket.gethostname(),
+                                  start_ticks(claim.pid), waiter=claim)
         log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        env = dict(ctx.env)
+        if ctx.pool:  # the supervisor stays to serve the pool after this job
+            env["SHOAL_WARM_POOL_DIR"] = str(pool_dir(self._run_dir, ctx.pool))
+            env["SHOAL_KEEP_ALIVE_SECONDS"] = str(ctx.keep_alive_seconds)
         if self._mode == "spawn":
-            return self._spawn(ctx, log_path)
-        request = {"entrypoint": ctx.entrypoint, "args": list(ctx.args), "env": dict(ctx.env),
+            return self._spawn(ctx, env, log_path)
+        request = {"entrypoint": ctx.entrypoint, "args": list(ctx.args), "env": env,
                    "cwd": ctx.cwd, "log_path": log_path, "prepare": ctx.prepare}
         reply = self._request(request)
         if "error" in reply:
             raise LaunchError(f"launcher refused job {ctx.job!r}: {reply['error']}", job=ctx.job)
         return LaunchInfo("local", int(reply["pid"]), socket.gethostname(), reply.get("start_ticks"))
 
-    def _spawn(self, ctx: ExecContext, log_path: str) -> LaunchInfo:
+    def _spawn(self, ctx: ExecContext, env: dict[str, str], log_path: str) -> LaunchInfo:
         pid = _start_detached(
             [sys.executable, "-m", "shoal.backends._launcher", "run", ctx.entrypoint, *ctx.args],
-            log_path, env=dict(ctx.env), cwd=ctx.cwd, what=f"the supervisor of job {ctx.job!r}")
+            log_path, env=env, cwd=ctx.cwd, what=f"the supervisor of job {ctx.job!r}")
         return LaunchInfo("local", pid, socket.gethostname(), start_ticks(pid))
 
     def _socket_path(self) -> str:
@@ -134,6 +144,10 @@ class LocalBackend:
             os.kill(pid, signal.SIGTERM)
 
     # --- observing and stopping -------------------------------------------------------
+
+    def warm_endpoint(self, directory: str) -> WarmEndpoint:
+        """The worker's side of a warm pool (used by a supervisor that stays warm)."""
+        return WarmEndpoint(Path(directory)).open()
 
     def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
         pid = handle.get("pid")

@@ -20,7 +20,7 @@ from rich.text import Text
 import shoal
 from shoal import RemoteExecutor, remote
 from shoal.cli._context import out, state
-from shoal.cli._render import format_duration, mask_env, status_text
+from shoal.cli._render import elapsed_seconds, format_duration, mask_env, status_text
 from shoal.core.jobs import JobRecord
 from shoal.core.ports import JobQuery
 from shoal.errors import JobFailedError
@@ -51,7 +51,7 @@ def _heading(number: int, title: str) -> None:
 def _show(record: JobRecord, result: Any = None, *, show_result: bool = True) -> None:
     line = Text("   job ") + Text(record.name, style="bold") + Text("  ")
     line += status_text(record.status)
-    line += Text(f"  {format_duration(record.duration_seconds)}", style="dim")
+    line += Text(f"  {format_duration(elapsed_seconds(record))}", style="dim")
     if show_result:
         line += Text(f"  result {result!r}")
     out().print(line)

@@ -11,6 +11,7 @@ import typer
 
 from shoal.cli._context import ExitCode, emit, err, exit_code_for_status, out, state
 from shoal.cli._render import (
+    elapsed_seconds,
     format_duration,
     format_time,
     key_values,
@@ -90,7 +91,7 @@ def _table(records: list[JobRecord]) -> Any:
             kind = f"{r.failure_kind}: " if r.failure_kind else ""
             failure = shorten(f"{kind}{r.failure_reason}")
         table.add_row(r.name, status_text(r.status), format_time(r.created_at),
-                      format_duration(r.duration_seconds), r.spec.instance_type or "-", failure)
+                      format_duration(elapsed_seconds(r)), r.spec.instance_type or "-", failure)
     return table
 
 
@@ -126,7 +127,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
            ("backend", f"{r.backend} (supervisor {supervisor})"),
            ("created", format_time(r.created_at)), ("started", format_time(r.started_at)),
            ("ended", format_time(r.ended_at)), ("updated", format_time(r.updated_at)),
-           ("duration", format_duration(r.duration_seconds)),
+           ("duration", format_duration(elapsed_seconds(r))),
            ("attempt", f"{r.attempt} of {spec.max_retry_attempts}"),
            ("exit code", "-" if r.exit_code is None else str(r.exit_code)),
            ("env setup", format_duration(r.env_setup_seconds))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MASK",
     "STATUS_STYLES",
+    "elapsed_seconds",
     "format_duration",
     "format_time",
     "is_secret_name",
@@ -82,6 +83,19 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+def elapsed_seconds(record: JobRecord) -> float | None:
+    """How long the job has run: to its end, or to now while it is still running.
+
+    (``JobRecord.duration_seconds`` stops at ``updated_at`` for an unfinished job, which is
+    when it started running, so a running job would show about 0 s.)
+    """
+    if record.started_at is None:
+        return None
+    if record.is_terminal:
+        return record.duration_seconds
+    return (datetime.now(UTC) - record.started_at).total_seconds()
+
+
 def shorten(text: str | None, width: int = 60) -> str:
     """The first line of *text*, cut to *width* characters with an ellipsis."""
     if not text:
@@ -113,7 +127,7 @@ def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, A
         "updated_at": _iso(record.updated_at),
         "started_at": _iso(record.started_at),
         "ended_at": _iso(record.ended_at),
-        "duration_seconds": record.duration_seconds,
+        "duration_seconds": elapsed_seconds(record),
         "attempt": record.attempt,
         "failure_kind": None if record.failure_kind is None else str(record.failure_kind),
         "failure_reason": record.failure_reason,

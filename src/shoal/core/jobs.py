@@ -105,6 +105,7 @@ class JobSpec:
     max_runtime_in_seconds: int = 24 * 3600
     max_retry_attempts: int = 1
     stop_grace_period_in_seconds: float = 10.0
+    keep_alive_period_in_seconds: int = 0
     tags: tuple[tuple[str, str], ...] = ()
     python_version: str = ""
     #: Keys that mean something on SageMaker but nothing on this backend (role, VPC, KMS, image).
@@ -162,7 +163,7 @@ class JobRecord:
 
     @property
     def duration_seconds(self) -> float | None:
-        if self.started_at is None:
+        """Seconds from running to its end; None until the job has both."""
+        if self.started_at is None or self.ended_at is None:
             return None
-        end = self.ended_at or self.updated_at
-        return (end - self.started_at).total_seconds()
+        return (self.ended_at - self.started_at).total_seconds()

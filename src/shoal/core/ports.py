@@ -65,6 +65,9 @@ class ExecContext:
     cwd: str | None = None
     #: Optional "module:function(env)" a fork server may run before forking, to warm caches.
     prepare: str | None = None
+    #: Warm pool: jobs with the same key may run on a worker kept alive after an earlier job.
+    pool: str | None = None
+    keep_alive_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ class LaunchInfo:
     pid: int
     host: str
     start_ticks: int | None = None
+    #: Something with ``wait(timeout) -> bool`` that returns True once the job has ended
+    #: (a warm worker says so); not persisted.
+    waiter: Any = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "pid": self.pid, "host": self.host,

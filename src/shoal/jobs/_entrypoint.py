@@ -9,10 +9,12 @@ refused (``shoal_error.json`` says why).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
+
+# Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
+from json import dumps as _json_dumps
 from pathlib import Path
 
 from shoal.errors import PayloadIntegrityError, PayloadVersionError, SerializationError
@@ -38,7 +40,7 @@ def _write(workdir: Path, name: str, payload: Payload) -> None:
 
 
 def _refuse(workdir: Path, kind: str, message: str) -> int:
-    (workdir / "shoal_error.json").write_text(json.dumps({"kind": kind, "message": message}))
+    (workdir / "shoal_error.json").write_text(_json_dumps({"kind": kind, "message": message}))
     sys.stderr.write(f"shoal: {message}\n")
     return EXIT_REFUSED
 
@@ -75,7 +77,7 @@ def _write_exception(workdir: Path, exc: BaseException, tb: str, key: str) -> No
     _write(workdir, "exception", _exception_payload(exc, tb, key))
     summary = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
                "message": str(exc)[:2000]}
-    (workdir / "exception" / "summary.json").write_text(json.dumps(summary))
+    (workdir / "exception" / "summary.json").write_text(_json_dumps(summary))
 
 
 def _exception_payload(exc: BaseException, tb: str, key: str) -> Payload:

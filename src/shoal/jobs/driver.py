@@ -48,13 +48,17 @@ class Outcome:
 class Supervisor:
     def __init__(self, service: JobService, *, work_root: Path, slots: SlotPool,
                  python: str | None = None, cpu_count: int | None = None,
-                 fork: bool = True, envs: Any = None) -> None:
+                 fork: bool = True, envs: Any = None, warm: bool = False) -> None:
         self._svc = service
         self._work_root = Path(work_root)
         self._slots = slots
         self._python = python or sys.executable
         self._cores = cpu_count or os.cpu_count() or 1
         self._stop = False
+        self._current: str | None = None
+        # A warm worker serves many jobs: a SIGTERM stops the current one only if its record
+        # says a stop was asked for (a late signal must not hit the next job).
+        self._warm = warm
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
@@ -66,6 +70,8 @@ class Supervisor:
     # --- signals ----------------------------------------------------------------------
 
     def _install_signals(self) -> None:
+        if self._wake_r >= 0:
+            return
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -81,6 +87,8 @@ class Supervisor:
 
     def run(self, name: str) -> int:
         self._install_signals()
+        self._stop = False
+        self._current = name
         record = self._svc.get(name)
         if record.status == JobStatus.STOPPING:
             self._svc.transition(name, JobStatus.STOPPED, reason="stopped before it started")
@@ -200,6 +208,8 @@ class Supervisor:
         stopped = timed_out = eof = False
         while not eof:
             now = time.monotonic()
+            if self._stop and self._warm and not self._stop_confirmed():
+                self._stop = False
             if self._stop and not stopped and not timed_out:
                 stopped = True
                 killpg(proc.pid, signal.SIGTERM)
@@ -229,6 +239,11 @@ class Supervisor:
         killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
         os.close(out_fd)
         return rc, stopped, timed_out
+
+    def _stop_confirmed(self) -> bool:
+        if self._current is None:
+            return False
+        return self._svc.get(self._current).status == JobStatus.STOPPING
 
     @staticmethod
     def _drain(fd: int, sink: LogSink) -> bool:

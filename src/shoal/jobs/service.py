@@ -75,6 +75,7 @@ class JobService:
         self._prepare = supervisor_prepare
         self._env = dict(supervisor_env)
         self._clock = clock or SystemClock()
+        self._waiters: dict[str, Any] = {}
 
     # --- submitting -------------------------------------------------------------------
 
@@ -107,18 +108,36 @@ class JobService:
         return self.launch(record)
 
     def launch(self, record: JobRecord) -> JobRecord:
+        spec = record.spec
+        keep = spec.keep_alive_period_in_seconds
         ctx = ExecContext(job=record.name, entrypoint=self._entrypoint, args=(record.name,),
-                          env=self._env, prepare=self._prepare)
+                          env=self._env, prepare=self._prepare,
+                          pool=self._pool_key(record) if keep else None,
+                          keep_alive_seconds=float(keep))
         try:
             info = self.backend.launch(ctx)
         except ShoalError as e:
             return self.transition(record.name, JobStatus.FAILED,
                                    failure_kind=FailureKind.INTERNAL,
                                    reason=f"could not start the supervisor: {e}")
+        if info.waiter is not None:
+            self._waiters[record.name] = info.waiter
         self.metadata.set_handle(record.name, info.to_json())
         logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
                     extra={"job_id": record.name})
         return self.metadata.get_job(record.name)
+
+    def _pool_key(self, record: JobRecord) -> str:
+        """Jobs that may share a warm worker: same environment, workdir and stores."""
+        import hashlib
+
+        spec = record.spec
+        parts = [spec.python_version, str(spec.extra.get("workdir_sha256", "")),
+                 self._env.get("SHOAL_METADATA_URL", ""), self._env.get("SHOAL_ARTIFACT_URL", "")]
+        if spec.dependencies:
+            parts.append(self.artifacts.get_bytes(
+                job_key(record.name, "env", "requirements.txt")).decode(errors="replace"))
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def _put_payload(self, job: str, kind: str, payload: Payload) -> None:
         # metadata.json last: a reader that finds it finds the payload too.
@@ -157,6 +176,7 @@ class JobService:
              on_output: Callable[[bytes], None] | None = None) -> JobRecord:
         """Block until *name* ends; stream its log to *on_output*. TimeoutError on *timeout*."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = self._waiters.get(name)
         delay, offset = 0.001, 0
         next_log = next_liveness = time.monotonic()
         while True:
@@ -169,12 +189,19 @@ class JobService:
                     on_output(chunk)
                 next_log = now + 0.1
             if record.is_terminal:
+                if waiter is not None:
+                    waiter.close()
+                    self._waiters.pop(name, None)
                 return record
             if now >= next_liveness:
                 self._reap_one(record)
                 next_liveness = now + 0.5
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"job {name} is still {record.status} after {timeout} s")
+            if waiter is not None and not waiter.done:
+                # A warm worker tells us when the job ends: no polling needed meanwhile.
+                waiter.wait(0.1 if on_output is not None else 0.5)
+                continue
             time.sleep(delay)  # bounded polling of the durable record
             delay = min(delay * 1.5, 0.05)
 

@@ -221,7 +221,9 @@ def list_futures(job_name_prefix: str, sagemaker_session: Any = None) -> Iterato
     from shoal.session import current
 
     service = (sagemaker_session or current()).jobs
-    for record in service.metadata.list_jobs(JobQuery(name_prefix=job_name_prefix, limit=10000)):
+    # Job names are made from function names the way SageMaker makes them ('_' -> '-').
+    prefix = job_name_prefix.replace("_", "-").lower()
+    for record in service.metadata.list_jobs(JobQuery(name_prefix=prefix, limit=10000)):
         try:
             yield _future_for(service, record.name)
         except JobNotFound:

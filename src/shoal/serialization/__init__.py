@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import pickle
 import sys
 from dataclasses import dataclass
+
+# Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
+from json import dumps as _json_dumps
+from json import loads as _json_loads
 from typing import Any
 
 from shoal.errors import (
@@ -45,7 +48,7 @@ class Payload:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return json.loads(self.metadata)  # type: ignore[no-any-return]
+        return _json_loads(self.metadata)  # type: ignore[no-any-return]
 
 
 def _sign(key: str, data: bytes) -> str:
@@ -88,7 +91,7 @@ def serialize(obj: object, key: str, *, what: str,
         "size": len(data),
         "hmac_sha256": _sign(key, data),
     }
-    return Payload(data, json.dumps(meta, sort_keys=True).encode())
+    return Payload(data, _json_dumps(meta, sort_keys=True).encode())
 
 
 _PICKLER: Any = None
@@ -124,6 +127,12 @@ def _pickler_class() -> Any:
 
         _PICKLER = ShoalPickler
     return _PICKLER
+
+
+def warm_up() -> None:
+    """Pay cloudpickle's first-use costs now (a fork server does, so its children need not)."""
+    key = new_key()
+    deserialize(serialize(lambda x: x, key, what="warm-up"), key, what="warm-up")
 
 
 def _dumps(obj: object) -> bytes:

@@ -5,7 +5,10 @@ Rows become frozen ``core`` records at this boundary; SQLAlchemy errors never le
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -15,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from shoal.core.clock import Clock, SystemClock
 from shoal.core.jobs import (
@@ -35,7 +38,7 @@ from shoal.errors import (
     MetadataStoreError,
     SchemaOutOfDateError,
 )
-from shoal.storage.sql.schema import SCHEMA_REVISION, job_events, jobs
+from shoal.storage.sql.schema import SCHEMA_REVISION
 
 __all__ = ["SCHEMA_REVISION", "SqlMetadataStore", "redact_url", "upgrade_schema"]
 
@@ -95,6 +98,7 @@ def upgrade_schema(url: str) -> str:
     """Bring the database at *url* to the schema this code expects; return the revision."""
     from alembic import command
     from alembic.config import Config
+    from alembic.util import CommandError
 
     engine = _make_engine(url)
     try:
@@ -104,7 +108,7 @@ def upgrade_schema(url: str) -> str:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             conn.commit()
-    except SQLAlchemyError as e:
+    except (SQLAlchemyError, CommandError) as e:  # CommandError: a revision we do not know
         raise MetadataStoreError(f"cannot upgrade {redact_url(url)}: {e}", url=redact_url(url)) from e
     finally:
         engine.dispose()
@@ -112,12 +116,18 @@ def upgrade_schema(url: str) -> str:
 
 
 class SqlMetadataStore:
-    """Jobs and their history in a SQL database."""
+    """Jobs and their history in a SQL database.
+
+    Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
+    statement building costs ~100× a SQLite round trip); SQLAlchemy still provides URLs,
+    engines, pooling, dialects and the Alembic migrations.
+    """
 
     def __init__(self, engine: Engine, url: str, *, clock: Clock | None = None) -> None:
         self._engine = engine
         self._url = url
         self._clock = clock or SystemClock()
+        self._db = _Dbapi(engine, redact_url(url))
 
     @classmethod
     def open(cls, url: str, *, clock: Clock | None = None, create: bool = False) -> SqlMetadataStore:
@@ -143,47 +153,40 @@ class SqlMetadataStore:
         return self._url
 
     def close(self) -> None:
+        self._db.close()
         self._engine.dispose()
 
     def after_fork(self) -> None:
         """Drop connections inherited from a parent process without closing them."""
+        self._db.forget()
         self._engine.dispose(close=False)
-
-    @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Connection]:
-        try:
-            with self._engine.connect().execution_options(shoal_write=write) as conn:
-                with conn.begin():
-                    yield conn
-        except (OperationalError, sa.exc.InterfaceError, sa.exc.ProgrammingError) as e:
-            raise MetadataStoreError(
-                f"metadata store {redact_url(self._url)} failed: {e.orig or e}",
-                url=redact_url(self._url)) from e
 
     # --- jobs -------------------------------------------------------------------------
 
     def create_job(self, spec: JobSpec, *, secret: str, backend: str) -> JobRecord:
         now = _ts(self._clock.now())
-        try:
-            with self._tx(write=True) as c:
-                c.execute(jobs.insert().values(
-                    name=spec.name, status=JobStatus.PENDING.value,
-                    spec=json.dumps(spec.to_json(), sort_keys=True), secret=secret,
-                    backend=backend, created_at=now, updated_at=now, attempt=0, handle="{}"))
-                c.execute(job_events.insert().values(job_name=spec.name,
-                                                     status=JobStatus.PENDING.value, at=now))
-        except IntegrityError as e:
-            raise AlreadyExistsError(f"a job named {spec.name!r} already exists; choose another "
-                                     "job_name", job=spec.name) from e
-        return self.get_job(spec.name)
+        spec_json = json.dumps(spec.to_json(), sort_keys=True)
+        with self._db.tx(write=True) as cur:
+            try:
+                cur.execute(self._db.sql(_INSERT_JOB), (
+                    spec.name, JobStatus.PENDING.value, spec_json, secret, backend, now, now))
+            except self._db.integrity_error as e:
+                raise AlreadyExistsError(f"a job named {spec.name!r} already exists; choose "
+                                         "another job_name", job=spec.name) from e
+            cur.execute(self._db.sql(_INSERT_EVENT), (spec.name, JobStatus.PENDING.value, now, None))
+        created = _dt(now)
+        return JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
+                         created_at=created, updated_at=created, backend=backend,  # type: ignore[arg-type]
+                         events=(JobEvent(JobStatus.PENDING, created),))  # type: ignore[arg-type]
 
     def find_job(self, name: str) -> JobRecord | None:
-        with self._tx(write=False) as c:
-            row = c.execute(sa.select(jobs).where(jobs.c.name == name)).mappings().first()
+        with self._db.tx(write=False) as cur:
+            cur.execute(self._db.sql(_SELECT_JOB + " WHERE name = ?"), (name,))
+            row = cur.fetchone()
             if row is None:
                 return None
-            events = c.execute(sa.select(job_events).where(job_events.c.job_name == name)
-                               .order_by(job_events.c.id)).mappings().all()
+            cur.execute(self._db.sql(_SELECT_EVENTS), (name,))
+            events = cur.fetchall()
         return _record(row, events)
 
     def get_job(self, name: str) -> JobRecord:
@@ -194,31 +197,41 @@ class SqlMetadataStore:
         return rec
 
     def get_job_secret(self, name: str) -> str:
-        with self._tx(write=False) as c:
-            secret = c.execute(sa.select(jobs.c.secret).where(jobs.c.name == name)).scalar()
-        if secret is None:
+        with self._db.tx(write=False) as cur:
+            cur.execute(self._db.sql("SELECT secret FROM jobs WHERE name = ?"), (name,))
+            row = cur.fetchone()
+        if row is None:
             raise JobNotFound(f"no job named {name!r}", job=name)
-        return str(secret)
+        return str(row[0])
 
     def list_jobs(self, query: JobQuery) -> list[JobRecord]:
-        stmt = sa.select(jobs)
+        where, params = [], []
         if query.statuses:
-            stmt = stmt.where(jobs.c.status.in_([s.value for s in query.statuses]))
+            where.append(f"status IN ({', '.join('?' for _ in query.statuses)})")
+            params += [s.value for s in query.statuses]
         if query.name_prefix:
-            stmt = stmt.where(jobs.c.name.startswith(query.name_prefix, autoescape=True))
+            where.append("name LIKE ? ESCAPE '!'")
+            params.append(_like_escape(query.name_prefix) + "%")
         if query.name_contains:
-            stmt = stmt.where(jobs.c.name.contains(query.name_contains, autoescape=True))
+            where.append("name LIKE ? ESCAPE '!'")
+            params.append("%" + _like_escape(query.name_contains) + "%")
         if query.created_after is not None:
-            stmt = stmt.where(jobs.c.created_at >= _ts(query.created_after))
-        stmt = stmt.order_by(jobs.c.created_at.desc(), jobs.c.name.desc()).limit(query.limit)
-        with self._tx(write=False) as c:
-            rows = c.execute(stmt).mappings().all()
+            where.append("created_at >= ?")
+            params.append(_ts(query.created_after))
+        sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY created_at DESC, name DESC LIMIT ?"
+        params.append(int(query.limit))
+        with self._db.tx(write=False) as cur:
+            cur.execute(self._db.sql(sql), tuple(params))
+            rows = cur.fetchall()
         return [_record(r, ()) for r in rows]
 
     def iter_unfinished(self) -> Iterator[JobRecord]:
         live = [s.value for s in JobStatus if not s.is_terminal]
-        with self._tx(write=False) as c:
-            rows = c.execute(sa.select(jobs).where(jobs.c.status.in_(live))).mappings().all()
+        sql = _SELECT_JOB + f" WHERE status IN ({', '.join('?' for _ in live)})"
+        with self._db.tx(write=False) as cur:
+            cur.execute(self._db.sql(sql), tuple(live))
+            rows = cur.fetchall()
         return iter([_record(r, ()) for r in rows])
 
     def update_job(
@@ -229,14 +242,13 @@ class SqlMetadataStore:
     ) -> JobRecord:
         """Move *name* to *status* atomically, checking the allowed transitions."""
         now = _ts(self._clock.now())
-        with self._tx(write=True) as c:
-            stmt = sa.select(jobs.c.status, jobs.c.started_at).where(jobs.c.name == name)
-            if c.dialect.name == "postgresql":
-                stmt = stmt.with_for_update()
-            row = c.execute(stmt).first()
+        with self._db.tx(write=True) as cur:
+            lock = " FOR UPDATE" if self._db.postgres else ""
+            cur.execute(self._db.sql(_SELECT_JOB + " WHERE name = ?" + lock), (name,))
+            row = cur.fetchone()
             if row is None:
                 raise JobNotFound(f"no job named {name!r}", job=name)
-            current = JobStatus(row.status)
+            current = JobStatus(row[_COL["status"]])
             if expected is not None and current != expected:
                 raise InvalidTransitionError(
                     f"job {name!r} is {current}, not {expected}; it cannot move to {status}",
@@ -244,7 +256,7 @@ class SqlMetadataStore:
             if current != status:
                 check_transition(name, current, status)
             values: dict[str, Any] = {"status": status.value, "updated_at": now}
-            if status == JobStatus.RUNNING and row.started_at is None:
+            if status == JobStatus.RUNNING and row[_COL["started_at"]] is None:
                 values["started_at"] = now
             if status.is_terminal:
                 values["ended_at"] = now
@@ -256,43 +268,138 @@ class SqlMetadataStore:
                 values["failure_reason"] = reason
             if handle is not None:
                 values["handle"] = json.dumps(dict(handle))
-            c.execute(jobs.update().where(jobs.c.name == name).values(**values))
+            sets = ", ".join(f"{k} = ?" for k in values)
+            cur.execute(self._db.sql(f"UPDATE jobs SET {sets} WHERE name = ?"),
+                        (*values.values(), name))
             if current != status:
-                c.execute(job_events.insert().values(job_name=name, status=status.value,
-                                                     at=now, reason=reason))
-        return self.get_job(name)
+                cur.execute(self._db.sql(_INSERT_EVENT), (name, status.value, now, reason))
+            merged = list(row)
+            for key, value in values.items():
+                merged[_COL[key]] = value
+            cur.execute(self._db.sql(_SELECT_EVENTS), (name,))
+            events = cur.fetchall()
+        return _record(tuple(merged), events)
 
     def set_handle(self, name: str, handle: Mapping[str, Any]) -> None:
-        with self._tx(write=True) as c:
-            result = c.execute(jobs.update().where(jobs.c.name == name)
-                               .values(handle=json.dumps(dict(handle))))
-        if result.rowcount == 0:
-            raise JobNotFound(f"no job named {name!r}", job=name)
+        with self._db.tx(write=True) as cur:
+            cur.execute(self._db.sql("UPDATE jobs SET handle = ? WHERE name = ?"),
+                        (json.dumps(dict(handle)), name))
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no job named {name!r}", job=name)
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no job named {name!r}", job=name)
 
     def delete_all(self) -> None:
         """Remove every row (test clean-up on a shared PostgreSQL database)."""
-        with self._tx(write=True) as c:
-            c.execute(job_events.delete())
-            c.execute(jobs.delete())
+        with self._db.tx(write=True) as cur:
+            cur.execute("DELETE FROM job_events")
+            cur.execute("DELETE FROM jobs")
 
 
-def _record(row: Mapping[str, Any], events: Any) -> JobRecord:
+_COLUMNS = ("name", "status", "spec", "backend", "created_at", "updated_at", "started_at",
+            "ended_at", "attempt", "failure_kind", "failure_reason", "exit_code", "handle",
+            "env_setup_seconds")
+_COL = {c: i for i, c in enumerate(_COLUMNS)}
+_SELECT_JOB = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+_SELECT_EVENTS = "SELECT status, at, reason FROM job_events WHERE job_name = ? ORDER BY id"
+_INSERT_JOB = ("INSERT INTO jobs (name, status, spec, secret, backend, created_at, updated_at, "
+               "attempt, handle) VALUES (?, ?, ?, ?, ?, ?, ?, 0, '{}')")
+_INSERT_EVENT = "INSERT INTO job_events (job_name, status, at, reason) VALUES (?, ?, ?, ?)"
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+class _Dbapi:
+    """One DB-API connection per thread (and per process), checked out of the engine's pool."""
+
+    def __init__(self, engine: Engine, shown_url: str) -> None:
+        self._engine = engine
+        self._shown = shown_url
+        self._local = threading.local()
+        self._sql: dict[str, str] = {}
+        self.postgres = engine.dialect.name == "postgresql"
+        self.integrity_error: type[BaseException] = engine.dialect.dbapi.IntegrityError
+        self._error: type[BaseException] = engine.dialect.dbapi.Error
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def sql(self, text: str) -> str:
+        """Our SQL uses '?' placeholders; psycopg wants '%s'."""
+        if not self.postgres:
+            return text
+        out = self._sql.get(text)
+        if out is None:
+            out = self._sql[text] = text.replace("%", "%%").replace("?", "%s")
+        return out
+
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():
+            conn = self._engine.raw_connection()
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def tx(self, *, write: bool) -> Iterator[Any]:
+        try:
+            conn = self._conn()
+            cur = conn.cursor()
+        except self._error as e:
+            raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
+                                     url=self._shown) from e
+        try:
+            if not self.postgres:
+                cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            yield cur
+            conn.commit()
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            if isinstance(e, self._error) and not isinstance(e, self.integrity_error):
+                self._local.conn = None  # a broken connection is not reused
+                raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
+                                         url=self._shown) from e
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                cur.close()
+
+    def forget(self) -> None:
+        self._local = threading.local()
+        with self._lock:
+            self._all = []
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._local = threading.local()
+
+
+def _record(row: Any, events: Any) -> JobRecord:
+    c = _COL
     return JobRecord(
-        name=JobName(row["name"]),
-        spec=JobSpec.from_json(json.loads(row["spec"])),
-        status=JobStatus(row["status"]),
-        created_at=_dt(row["created_at"]),  # type: ignore[arg-type]
-        updated_at=_dt(row["updated_at"]),  # type: ignore[arg-type]
-        started_at=_dt(row["started_at"]),
-        ended_at=_dt(row["ended_at"]),
-        attempt=row["attempt"] or 0,
-        failure_kind=FailureKind(row["failure_kind"]) if row["failure_kind"] else None,
-        failure_reason=row["failure_reason"],
-        exit_code=row["exit_code"],
-        backend=row["backend"],
-        handle=json.loads(row["handle"] or "{}"),
-        env_setup_seconds=row["env_setup_seconds"],
-        events=tuple(JobEvent(JobStatus(e["status"]), _dt(e["at"]), e["reason"])  # type: ignore[arg-type]
+        name=JobName(row[c["name"]]),
+        spec=JobSpec.from_json(json.loads(row[c["spec"]])),
+        status=JobStatus(row[c["status"]]),
+        created_at=_dt(row[c["created_at"]]),  # type: ignore[arg-type]
+        updated_at=_dt(row[c["updated_at"]]),  # type: ignore[arg-type]
+        started_at=_dt(row[c["started_at"]]),
+        ended_at=_dt(row[c["ended_at"]]),
+        attempt=row[c["attempt"]] or 0,
+        failure_kind=FailureKind(row[c["failure_kind"]]) if row[c["failure_kind"]] else None,
+        failure_reason=row[c["failure_reason"]],
+        exit_code=row[c["exit_code"]],
+        backend=row[c["backend"]],
+        handle=json.loads(row[c["handle"]] or "{}"),
+        env_setup_seconds=row[c["env_setup_seconds"]],
+        events=tuple(JobEvent(JobStatus(e[0]), _dt(e[1]), e[2])  # type: ignore[arg-type]
                      for e in events),
     )
 
@@ -313,10 +420,31 @@ def _current_revision(url: str) -> str | None:
         engine.dispose()
 
 
+#: pg_advisory_lock key that serialises schema creation on one PostgreSQL database.
+_PG_MIGRATION_LOCK = 0x5348_4F41_4C00  # "SHOAL"
+
+
 @contextmanager
 def _migration_lock(url: str) -> Iterator[None]:
-    """Serialise schema creation between processes sharing one SQLite file."""
+    """Serialise schema creation between processes sharing one database."""
     parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # Without it, two processes creating the schema at once deadlock or fail on
+        # "relation already exists".
+        engine = _make_engine(url)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"),
+                                 {"k": _PG_MIGRATION_LOCK})
+                    conn.commit()
+        finally:
+            engine.dispose()
+        return
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         yield
         return

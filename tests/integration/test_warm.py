@@ -1,0 +1,134 @@
+"""keep_alive_period_in_seconds: warm workers take the next compatible job, isolated."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from helpers import wait_until
+from shoal import JobFailedError, RemoteExecutor, remote
+from shoal.core import JobQuery, JobStatus
+
+
+def _worker_pid(session, name):
+    return session.jobs.get(name).handle["pid"]
+
+
+def test_second_job_runs_on_the_warm_worker_with_its_own_record(session, capsys):
+    @remote(keep_alive_period_in_seconds=30)
+    def echo(x):
+        print("echo", x)
+        return x
+
+    assert echo(1) == 1
+    assert echo(2) == 2
+    first, second = sorted(session.metadata.list_jobs(JobQuery(name_prefix="echo-")),
+                           key=lambda r: r.created_at)
+    assert _worker_pid(session, first.name) == _worker_pid(session, second.name)
+    assert second.status == JobStatus.COMPLETED
+    assert b"echo 2" in session.jobs.read_log(second.name)
+    assert b"echo 2" not in session.jobs.read_log(first.name)
+    assert "echo 2" in capsys.readouterr().out
+
+
+def test_state_changes_by_one_job_do_not_reach_the_next(session, tmp_path):
+    @remote(keep_alive_period_in_seconds=30)
+    def meddle():
+        import json
+        import os
+        import sys
+
+        os.chdir("/")
+        os.environ["MEDDLED"] = "yes"
+        sys.path.insert(0, "/meddled")
+        json.dumps = lambda *a, **k: "monkeypatched"
+        return os.getpid()
+
+    @remote(keep_alive_period_in_seconds=30)
+    def inspect_state():
+        import json
+        import os
+        import sys
+
+        return (os.environ.get("MEDDLED"), "/meddled" in sys.path, json.dumps([1]),
+                os.getcwd() == "/")
+
+    meddle()
+    assert inspect_state() == (None, False, "[1]", False)
+    names = [r.name for r in session.metadata.list_jobs(JobQuery())]
+    assert len({_worker_pid(session, n) for n in names}) == 1  # the same warm worker
+
+
+def test_a_job_that_crashes_its_process_does_not_take_the_worker_down(session):
+    @remote(keep_alive_period_in_seconds=30)
+    def crash():
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @remote(keep_alive_period_in_seconds=30)
+    def fine():
+        return "fine"
+
+    with pytest.raises(JobFailedError, match="SIGKILL"):
+        crash()
+    assert fine() == "fine"
+    names = [r.name for r in session.metadata.list_jobs(JobQuery())]
+    assert len({_worker_pid(session, n) for n in names}) == 1
+
+
+def test_cancel_on_a_warm_worker_stops_only_that_job(session, tmp_path):
+    started = tmp_path / "started"
+
+    def block():
+        import time
+
+        started.write_text("x")
+        while True:
+            time.sleep(0.02)
+
+    with RemoteExecutor(keep_alive_period_in_seconds=30) as e:
+        assert e.submit(pow, 2, 5).result(timeout=60) == 32  # warms a worker
+        future = e.submit(block)
+        wait_until(started.exists, timeout=30)
+        future.cancel()
+        wait_until(lambda: session.jobs.get(future.job_name).is_terminal, timeout=30)
+        assert session.jobs.get(future.job_name).status == JobStatus.STOPPED
+        assert e.submit(pow, 3, 2).result(timeout=60) == 9
+    pids = {_worker_pid(session, r.name) for r in session.metadata.list_jobs(JobQuery())}
+    assert len(pids) == 1
+
+
+def test_idle_worker_retires_after_its_keep_alive_period(session):
+    @remote(keep_alive_period_in_seconds=1)
+    def quick():
+        return 1
+
+    quick()
+    [record] = session.metadata.list_jobs(JobQuery())
+    pid = record.handle["pid"]
+    wait_until(lambda: session.backend.is_alive(record.handle) is False, timeout=30)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_killed_warm_worker_fails_its_job_and_the_next_call_starts_a_new_one(session, tmp_path):
+    started = tmp_path / "started"
+
+    def block():
+        import time
+
+        started.write_text("x")
+        while True:
+            time.sleep(0.02)
+
+    with RemoteExecutor(keep_alive_period_in_seconds=30) as e:
+        future = e.submit(block)
+        wait_until(started.exists, timeout=30)
+        os.kill(_worker_pid(session, future.job_name), signal.SIGKILL)
+        with pytest.raises(JobFailedError, match="supervisor"):
+            future.result(timeout=30)
+        assert e.submit(pow, 2, 3).result(timeout=60) == 8
