@@ -366,6 +366,26 @@ def test_threads_create_concurrently(ctx: Ctx) -> None:
     assert len(ctx.store.get_job(records[0].name).events) == 2
 
 
+def test_many_short_lived_threads_do_not_exhaust_connections(ctx: Ctx) -> None:
+    """Thread pools come and go (servers, executors); their connections must come back."""
+    name = ctx.create("churn")
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            ctx.store.get_job(name)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    for _ in range(40):  # more than the engine's pool holds (5 + 10 overflow)
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive(), "a store call hung waiting for a pooled connection"
+    assert not errors, errors[0]
+    assert ctx.store.get_job(name).name == name
+
+
 _WORKER = textwrap.dedent("""
     import sys
     from shoal.core import JobName, JobSpec, JobStatus

@@ -296,3 +296,19 @@ def test_other_process_modes_run_the_same_job(tmp_path, settings):
     finally:
         s.backend.shutdown_launcher()
         s.close()
+
+
+def test_secret_environment_values_are_masked_in_the_job_log(session, capsys):
+    @remote(environment_variables={"API_TOKEN": "tok-12345-secret", "PLAIN": "visible-value"})
+    def leak():
+        import os
+
+        print("token is", os.environ["API_TOKEN"], "plain is", os.environ["PLAIN"])
+        return os.environ["API_TOKEN"]
+
+    assert leak() == "tok-12345-secret"  # the job itself sees the real value
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="leak-"))
+    log = session.jobs.read_log(record.name).decode()
+    assert "tok-12345-secret" not in log and "token is ****" in log
+    assert "visible-value" in log
+    assert "tok-12345-secret" not in capsys.readouterr().out

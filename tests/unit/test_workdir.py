@@ -179,7 +179,7 @@ def test_size_limit_names_largest_files_and_fails_before_zipping(
     for name in ("b.bin", "c.bin", "d.bin", "e.bin", "f.bin"):
         assert f"blobs/{name}" in msg
     assert "blobs/a.bin" not in msg
-    assert "2100 B" in msg and "1000 B" in msg
+    assert "2.1 KiB" in msg and "1000 B" in msg
     assert "CustomFileFilter(ignore_name_patterns=" in msg and ".gitignore" in msg
     assert info.value.details["max_bytes"] == 1000
     assert info.value.details["size_bytes"] == 2100

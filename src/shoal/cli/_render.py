@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from shoal.core.jobs import JobRecord
+
+from shoal.core.secrets import MASK, is_secret_name, mask_env
 
 __all__ = [
     "MASK",
@@ -27,8 +28,6 @@ __all__ = [
     "status_text",
 ]
 
-MASK = "****"
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 STATUS_STYLES = {
     "pending": "dim",
     "starting": "cyan",
@@ -40,17 +39,6 @@ STATUS_STYLES = {
 }
 _SINCE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def is_secret_name(name: str) -> bool:
-    """True for environment variable names that look like they hold a secret."""
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS)
-
-
-def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
-    """*env* with the values of secret-looking names replaced by ``****``."""
-    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
 
 
 def parse_since(text: str) -> timedelta:

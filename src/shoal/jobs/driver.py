@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
+from shoal.core.secrets import secret_values
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import ExecProcess, ForkedProcess, JobProcess, killpg
@@ -115,7 +116,8 @@ class Supervisor:
     def _attempts(self, record: JobRecord) -> None:
         spec = record.spec
         sink = LogSink(self._svc.artifacts, log_key(record.name),
-                       self._work_root / record.name / "output.log")
+                       self._work_root / record.name / "output.log",
+                       redact=secret_values(spec.environment_variables))
         attempts = max(1, spec.max_retry_attempts)
         try:
             for attempt in range(1, attempts + 1):

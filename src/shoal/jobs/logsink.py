@@ -11,7 +11,8 @@ __all__ = ["LogSink"]
 
 
 class LogSink:
-    def __init__(self, artifacts: Any, key: str, spool: Path, *, interval: float = 2.0) -> None:
+    def __init__(self, artifacts: Any, key: str, spool: Path, *, interval: float = 2.0,
+                 redact: tuple[str, ...] = ()) -> None:
         self._artifacts = artifacts
         self._key = key
         local = artifacts.local_path(key) if hasattr(artifacts, "local_path") else None
@@ -24,8 +25,13 @@ class LogSink:
         self._dirty = False
         self._last_flush = 0.0
         self._closed = False
+        # Secret values (environment variables named *TOKEN*, *KEY*...) never reach the log.
+        self._redact = tuple(v.encode() for v in redact if v)
 
     def write(self, data: bytes) -> None:
+        for secret in self._redact:
+            if secret in data:
+                data = data.replace(secret, b"****")
         self._f.write(data)
         self._f.flush()
         self._dirty = True

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -322,7 +323,7 @@ class _Dbapi:
         self.postgres = engine.dialect.name == "postgresql"
         self.integrity_error: type[BaseException] = engine.dialect.dbapi.IntegrityError
         self._error: type[BaseException] = engine.dialect.dbapi.Error
-        self._all: list[Any] = []
+        self._held: list[weakref.finalize] = []  # one per live thread connection
         self._lock = threading.Lock()
 
     def sql(self, text: str) -> str:
@@ -335,12 +336,19 @@ class _Dbapi:
         return out
 
     def _conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or self._local.pid != os.getpid():
-            conn = self._engine.raw_connection()
-            self._local.conn, self._local.pid = conn, os.getpid()
-            with self._lock:
-                self._all.append(conn)
+        held = getattr(self._local, "held", None)
+        if held is not None and held.pid == os.getpid():
+            return held.conn
+        if held is not None:  # inherited across a fork: never close the parent's connection
+            held.release.detach()
+        conn = self._engine.raw_connection()
+        held = _Held(conn)
+        # When the thread ends its threading.local value dies, and the connection goes back
+        # to the pool; without this, short-lived threads exhaust the pool.
+        held.release = weakref.finalize(held, _release, conn)
+        self._local.held = held
+        with self._lock:
+            self._held = [f for f in self._held if f.alive] + [held.release]
         return conn
 
     @contextmanager
@@ -360,7 +368,9 @@ class _Dbapi:
             with contextlib.suppress(Exception):
                 conn.rollback()
             if isinstance(e, self._error) and not isinstance(e, self.integrity_error):
-                self._local.conn = None  # a broken connection is not reused
+                with contextlib.suppress(Exception):
+                    conn.invalidate()  # a broken connection is not reused
+                self._local.held = None
                 raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
                                          url=self._shown) from e
             raise
@@ -369,17 +379,32 @@ class _Dbapi:
                 cur.close()
 
     def forget(self) -> None:
-        self._local = threading.local()
         with self._lock:
-            self._all = []
+            held, self._held = self._held, []
+        for release in held:
+            release.detach()
+        self._local = threading.local()
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                conn.close()
+            held, self._held = self._held, []
+        for release in held:
+            release()
         self._local = threading.local()
+
+
+class _Held:
+    __slots__ = ("__weakref__", "conn", "pid", "release")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.pid = os.getpid()
+        self.release: weakref.finalize
+
+
+def _release(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()  # back to the engine's pool
 
 
 def _record(row: Any, events: Any) -> JobRecord:

@@ -1,0 +1,77 @@
+"""``shoal envs list|prune``: the job environments built with uv and cached under the home."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from shoal.cli._context import out, state
+
+__all__ = ["app"]
+
+app = typer.Typer(help="List and prune cached job environments.", no_args_is_help=True,
+                  rich_markup_mode=None)
+
+
+def _builder():  # type: ignore[no-untyped-def]
+    from shoal.session import Session
+
+    return Session(**state.session_kwargs()).env_builder
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n:.1f} TiB"
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+@app.command("list")
+def list_envs() -> None:
+    """Show every cached environment: key, packages, size, last use."""
+    from rich.table import Table
+
+    envs = _builder().list()
+    table = Table("key", "packages", "size", "created", "last used", "path")
+    now = time.time()
+    for e in envs:
+        table.add_row(e.key[:16], str(e.packages), _size(e.size_bytes), _age(now - e.created_at),
+                      _age(now - e.last_used_at), str(e.path))
+    out().print(table if envs else "no cached environments")
+
+
+@app.command()
+def prune(
+    unused_for: Annotated[str, typer.Option(
+        "--unused-for", help="Remove environments unused for this long (30m, 2h, 7d); 0 removes "
+                             "all.")] = "7d",
+) -> None:
+    """Remove environments not used recently (and leftovers of failed builds)."""
+    seconds = _parse_duration(unused_for)
+    removed = _builder().prune(unused_for_seconds=seconds)
+    out().print(f"removed {len(removed)} environment(s)"
+                + (": " + ", ".join(k[:16] for k in removed) if removed else ""))
+
+
+def _parse_duration(text: str) -> float:
+    from shoal.errors import InvalidArgumentError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    text = text.strip().lower()
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise InvalidArgumentError(f"--unused-for {text!r} is not a duration; use e.g. 30m, 2h, "
+                                   "7d or 0") from None
