@@ -181,13 +181,14 @@ class Supervisor:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
         threads = str(max(1, min(int(spec.cpus or self._cores), self._cores)))
         for var in _THREAD_VARS:
-            env.setdefault(var, threads)
+            env[var] = threads  # the instance type decides; environment_variables may override
         plan = self._plan
         # An isolated environment sees only shoal's runtime, not the client's packages.
-        sys_path = list(plan.pythonpath) if plan.pythonpath else [
-            p for p in spec.extra.get("sys_path", []) if p]
-        if plan.pythonpath:
+        sys_path = list(plan.pythonpath)
+        if plan.isolated:
             env.pop("PYTHONPATH", None)
+        else:  # the client's own interpreter: its import path too, as in the notebook
+            sys_path += [p for p in spec.extra.get("sys_path", []) if p]
         if sys_path:
             env["PYTHONPATH"] = os.pathsep.join([*sys_path, env.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)

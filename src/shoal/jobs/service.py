@@ -80,7 +80,8 @@ class JobService:
     # --- submitting -------------------------------------------------------------------
 
     def submit_function(self, spec: JobSpec, func: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: Mapping[str, Any]) -> JobRecord:
+                        kwargs: Mapping[str, Any], *,
+                        files: Mapping[str, bytes] | None = None) -> JobRecord:
         """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
         requirements = _read_file(spec.dependencies, "dependencies") if spec.dependencies else None
         script = (_read_file(spec.pre_execution_script, "pre_execution_script")
@@ -101,6 +102,8 @@ class JobService:
                                          requirements)
             if script is not None:
                 self.artifacts.put_bytes(job_key(spec.name, "env", "pre_exec.sh"), script)
+            for rel, data in (files or {}).items():
+                self.artifacts.put_bytes(job_key(spec.name, *rel.split("/")), data)
         except ShoalError as e:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the payloads of job {spec.name}: {e}")

@@ -116,9 +116,9 @@ class RemoteExecutor(Executor):
             future = RemoteFuture()
             # Build the spec now: bad options or config fail at submit(), not in a thread.
             session = self._session()
-            spec = self._options.build_spec(fn, session)
+            spec, files = self._options.build_job(fn, session)
             self._pending.append(future)
-            self._queue.put((future, session, spec, fn, args, kwargs))
+            self._queue.put((future, session, (spec, files), fn, args, kwargs))
             if len(self._workers) < self._max:
                 t = threading.Thread(target=self._work, name=f"shoal-executor-{len(self._workers)}",
                                      daemon=True)
@@ -140,11 +140,12 @@ class RemoteExecutor(Executor):
             future._settle(functools.partial(self._run, future, session, spec, fn, args, kwargs))
 
     @staticmethod
-    def _run(future: RemoteFuture, session: Any, spec: Any, fn: Callable[..., Any],
+    def _run(future: RemoteFuture, session: Any, job: Any, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         service = session.jobs
+        spec, files = job
         try:
-            record = service.submit_function(spec, fn, args, kwargs)
+            record = service.submit_function(spec, fn, args, kwargs, files=files)
         finally:
             future._job_ready.set()
         future._bind(service, record.name)

@@ -40,6 +40,9 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+#: The largest working directory include_local_workdir ships (uncompressed).
+WORKDIR_MAX_BYTES = 100 * 1024**2
+
 # SageMaker parameter -> config key under RemoteFunction.
 _CONFIG_KEYS = {
     "dependencies": "Dependencies",
@@ -64,8 +67,7 @@ _INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "s
           "use_spot_instances", "max_wait_time_in_seconds")
 # Features that arrive with later issues: refused clearly rather than ignored.
 _NOT_YET = {
-    "include_local_workdir": "#3",
-    "custom_file_filter": "#3", "job_conda_env": "#3",
+    "job_conda_env": "#3",
     "spark_config": "a later issue", "use_torchrun": "#4", "use_mpirun": "#4",
     "nproc_per_node": "#4",
 }
@@ -151,6 +153,31 @@ class RemoteOptions:
             return value
         config_key = _CONFIG_KEYS.get(key)
         return defaults.get(config_key) if config_key else None
+
+    def build_job(self, func: Callable[..., Any], session: Any
+                  ) -> tuple[JobSpec, dict[str, bytes]]:
+        """The JobSpec plus the files that travel with the job (the packed workdir)."""
+        spec = self.build_spec(func, session)
+        files: dict[str, bytes] = {}
+        if self.resolve("include_local_workdir", session.defaults):
+            from shoal.envs._workdir import pack_workdir
+
+            packed = pack_workdir(Path.cwd(), file_filter=self._file_filter(session.defaults),
+                                  max_bytes=WORKDIR_MAX_BYTES)
+            files[f"workdir/{packed.sha256}.zip"] = packed.data
+            spec = dataclasses.replace(spec, extra={**spec.extra,
+                                                    "workdir_sha256": packed.sha256,
+                                                    "workdir_files": packed.files,
+                                                    "workdir_bytes": packed.size_bytes})
+        return spec, files
+
+    def _file_filter(self, defaults: Any) -> Any:
+        value = self.resolve("custom_file_filter", defaults)
+        if isinstance(value, Mapping):  # the config file's {IgnoreNamePatterns: [...]}
+            from shoal.remote_function._filter import CustomFileFilter
+
+            return CustomFileFilter(ignore_name_patterns=value.get("IgnoreNamePatterns", []))
+        return value
 
     def build_spec(self, func: Callable[..., Any], session: Any) -> JobSpec:
         """Turn these options, the session's defaults and *func* into a JobSpec."""

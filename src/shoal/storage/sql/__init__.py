@@ -287,8 +287,6 @@ class SqlMetadataStore:
                         (json.dumps(dict(handle)), name))
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job named {name!r}", job=name)
-            if cur.rowcount == 0:
-                raise JobNotFound(f"no job named {name!r}", job=name)
 
     def delete_all(self) -> None:
         """Remove every row (test clean-up on a shared PostgreSQL database)."""

@@ -1,0 +1,92 @@
+"""The metadata schema: code, schema.py and the Alembic migrations agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shoal.core import JobStatus
+from shoal.storage.sql import schema
+from shoal.storage.sql.schema import SCHEMA_REVISION
+
+MIGRATIONS = Path(schema.__file__).parent / "migrations"
+
+
+def _head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    heads = ScriptDirectory.from_config(cfg).get_heads()
+    assert len(heads) == 1, f"the migrations have several heads: {heads}"
+    return heads[0]
+
+
+def test_schema_revision_is_the_migrations_head() -> None:
+    assert _head_revision() == SCHEMA_REVISION
+
+
+class _RecordingOp:
+    """Stands in for alembic.op: records the tables a migration creates."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[Any]] = {}
+
+    def create_table(self, name: str, *items: Any, **_: Any) -> None:
+        self.tables[name] = list(items)
+
+    def create_index(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+def _load_migration(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_shoal_migration_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tables_after_all_migrations(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    op = _RecordingOp()
+    for path in sorted((MIGRATIONS / "versions").glob("*.py")):
+        module = _load_migration(path)
+        monkeypatch.setattr(module, "op", op)
+        module.upgrade()
+    return op.tables
+
+
+def _quoted(text: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", text))
+
+
+def test_status_check_lists_exactly_the_job_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    tables = _tables_after_all_migrations(monkeypatch)
+    checks = [item for item in tables["jobs"] if isinstance(item, sa.CheckConstraint)
+              and "status" in str(item.sqltext)]
+    assert len(checks) == 1
+    assert _quoted(str(checks[0].sqltext)) == {s.value for s in JobStatus}
+
+
+def test_schema_py_check_matches_the_migration(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = [c for c in schema.jobs.constraints if isinstance(c, sa.CheckConstraint)]
+    assert len(checks) == 1
+    assert _quoted(str(checks[0].sqltext)) == {s.value for s in JobStatus}
+
+
+def test_schema_py_columns_match_the_migration(monkeypatch: pytest.MonkeyPatch) -> None:
+    tables = _tables_after_all_migrations(monkeypatch)
+    assert set(tables) == set(schema.metadata.tables)
+    for name, items in tables.items():
+        migrated = {c.name: (type(c.type), c.nullable, c.primary_key)
+                    for c in items if isinstance(c, sa.Column)}
+        declared = {c.name: (type(c.type), c.nullable, c.primary_key)
+                    for c in schema.metadata.tables[name].columns}
+        assert migrated == declared, name
