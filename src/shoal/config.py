@@ -57,6 +57,7 @@ def _settings_class() -> type[Any]:
         launcher_idle_seconds: float = 600.0
         job_process: Literal["fork", "exec"] = "fork"
         env_resolve_ttl_seconds: float = 24 * 3600.0
+        zygote_idle_seconds: float = 300.0
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
         _explicit: frozenset[str] = PrivateAttr(default=frozenset())

@@ -256,7 +256,9 @@ def supervisor_main(job: str) -> int:
         supervisor = Supervisor(session.jobs, work_root=session.home / "work",
                                 slots=SlotPool(session.home / "slots", session.max_slots),
                                 fork=session.settings.job_process == "fork",
-                                envs=session.env_builder, warm=bool(pool))
+                                envs=session.env_builder, warm=bool(pool),
+                                run_dir=session.home / "run",
+                                zygote_idle_seconds=session.settings.zygote_idle_seconds)
         code = supervisor.run(job)
         if pool and keep_alive > 0:
             _serve_warm(session, supervisor, pool, keep_alive)

@@ -56,7 +56,7 @@ def test_concurrent_jobs_build_one_env_and_equivalent_requests_share_it(session,
     envs = _builder(session).list()
     assert len(envs) == 1
     logs = [session.jobs.read_log(f.job_name).decode() for f in futures]
-    assert sum("building environment" in log for log in logs) == 1
+    assert sum("building an environment" in log for log in logs) == 1
 
 
 def test_package_that_does_not_exist_fails_with_the_resolver_message(session, tmp_path):

@@ -137,11 +137,15 @@ class LocalBackend:
             raise LaunchError(f"the launcher did not start within 60 s; see {log_path}")
 
     def shutdown_launcher(self) -> None:
-        """Stop this interpreter's launcher now (tests; `shoal` exits leave it to idle out)."""
+        """Stop this home's launcher and zygotes now (tests; otherwise they idle out)."""
         path = self._socket_path()
         with contextlib.suppress(OSError, ValueError):
             pid = int(_send(path, {"op": "ping"})["pid"])
             os.kill(pid, signal.SIGTERM)
+        for pid_file in self._run_dir.glob("z-*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            pid_file.unlink(missing_ok=True)
 
     # --- observing and stopping -------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """Auto-capture: the installed distributions a function needs, pinned as installed on the client.
 
 The walk is static: globals the code names, closure cells, defaults, ``import`` in the body, the
-caller's own functions and classes it reaches, and the types of the call's arguments. It pins the
-whole dependency closure as installed (requirements whose markers hold here, extras-only ones
-skipped, recursively), so the job reproduces the client rather than what a fresh resolve picks.
+types of the call's arguments, and the caller's own code it reaches (the job imports a local
+module whole, so all its globals count). It pins the whole dependency closure as installed
+(requirements whose markers hold here, extras-only ones skipped, recursively), so the job
+reproduces the client rather than what a fresh resolve would pick.
 
 Limits: a module imported from a computed string (``importlib.import_module(name)``,
 ``__import__``, entry points) is not seen; objects are looked at one level deep (not the arrays in
@@ -55,11 +56,7 @@ class CapturedRequirements:
 
 def capture_requirements(func: Callable[..., Any], *,
                          extra_objects: Sequence[object] = ()) -> CapturedRequirements:
-    """Find what ``func`` (called with ``extra_objects``) needs and pin it at installed versions.
-
-    >>> capture_requirements(train, extra_objects=(frame,)).requirements
-    ('numpy==2.4.6', 'pandas==2.2.3', ...)
-    """
+    """Find what ``func`` (called with ``extra_objects``) needs, pinned at installed versions."""
     walker = _Walker(func)
     for obj in extra_objects:
         walker.add(obj)
@@ -105,11 +102,10 @@ class _Walker:
                 self._function(value)
         elif isinstance(value, type):
             self._add_type(value)
-        elif isinstance(value, types.MethodType):
-            self.add(value.__func__)
-            self.add(value.__self__)
-        elif isinstance(value, functools.partial):
-            for part in (value.func, *value.args, *value.keywords.values()):
+        elif isinstance(value, (types.MethodType, functools.partial)):
+            parts = ((value.__func__, value.__self__) if isinstance(value, types.MethodType)
+                     else (value.func, *value.args, *value.keywords.values()))
+            for part in parts:
                 self.add(part)
         else:
             module = getattr(value, "__module__", None) if callable(value) else None
@@ -129,14 +125,14 @@ class _Walker:
             for value in list(vars(module).values()):
                 self.add(value)
 
+    def _add_named(self, name: object) -> None:
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        self._add_module(module) if module is not None else self._add_module_name(name)
+
     def _add_home(self, obj: types.FunctionType | type) -> None:
-        """Add the module a function or class is pickled by reference from, if it is."""
-        module = getattr(obj, "__module__", None)
-        if "<locals>" in obj.__qualname__ or not isinstance(module, str):
-            return  # cloudpickle ships it by value: only what it references is needed
-        if module in sys.modules:
-            self._add_module(sys.modules[module])
-        self._add_module_name(module)
+        """Add the module a function or class is pickled by reference from (not <locals>)."""
+        if "<locals>" not in obj.__qualname__:  # else cloudpickle ships it by value
+            self._add_named(getattr(obj, "__module__", None))
 
     def _follows(self, module: object, globals_: object) -> bool:
         """Whether to look inside: code from the root's module, ``__main__`` or a local file."""
@@ -173,7 +169,7 @@ class _Walker:
                 if name in globals_:
                     self.add(globals_[name])
             for module, level in _imports(code):
-                self._add_module_name(package if level else module)
+                self._add_named(package if level else module)
         for cell in fn.__closure__ or ():
             with contextlib.suppress(ValueError):  # a cell not yet filled
                 self.add(cell.cell_contents)

@@ -100,27 +100,15 @@ class UvEnvBuilder:
 
     # --- resolving --------------------------------------------------------------------
 
-    def resolve(self, requirements: str, *, base_dir: Path, extra: tuple[str, ...] = ()) -> str:
-        """The lock (pinned requirements) for *requirements* text; memoised for the TTL."""
+    def _memo(self, requirements: str, extra: tuple[str, ...]) -> Path:
         request = "\n".join([requirements, *extra, self._python, _abi_tag()])
-        memo = self.root / "requests" / f"{hashlib.sha256(request.encode()).hexdigest()}.lock"
+        return self.root / "requests" / f"{hashlib.sha256(request.encode()).hexdigest()}.lock"
+
+    def _fresh_lock(self, memo: Path) -> str | None:
         with contextlib.suppress(OSError):
             if time.time() - memo.stat().st_mtime < self._ttl:
                 return memo.read_text()
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        src = memo.with_suffix(f".in-{uuid.uuid4().hex}")
-        src.write_text("\n".join([requirements, *extra]) + "\n")
-        try:
-            self._log("[shoal] resolving requirements with uv\n")
-            lock = self._run(["pip", "compile", str(src), "--python", self._python, "--quiet",
-                              "--no-header", "--no-annotate"], cwd=base_dir,
-                             what="resolving the requirements")
-        finally:
-            src.unlink(missing_ok=True)
-        tmp = memo.with_suffix(f".tmp-{uuid.uuid4().hex}")
-        tmp.write_text(lock)
-        os.replace(tmp, memo)
-        return lock
+        return None
 
     @staticmethod
     def key_for(lock: str) -> str:
@@ -130,46 +118,90 @@ class UvEnvBuilder:
 
     def ensure(self, requirements: str, *, base_dir: Path, extra: tuple[str, ...] = (),
                log: Callable[[str], None] | None = None) -> BuiltEnv:
-        """The environment for *requirements*, built if no environment has its lock yet."""
+        """The environment for *requirements*: the cached one with the same lock, or a new one.
+
+        A request seen before (within the TTL) maps straight to its lock and key. A new one is
+        installed into a scratch environment, whose ``uv pip freeze`` is the lock: if an
+        environment with that lock exists already, the scratch one is dropped. Building while
+        holding a lock on the request makes concurrent jobs with the same request build once.
+        """
         if log is not None:
             self._log = log
         t0 = time.monotonic()
-        lock = self.resolve(requirements, base_dir=base_dir, extra=extra)
+        memo = self._memo(requirements, extra)
+        lock = self._fresh_lock(memo)
+        if lock is not None and (hit := self._cached(lock, t0)) is not None:
+            return hit
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        with _flock(memo.with_suffix(".building")):
+            lock = self._fresh_lock(memo)  # built by another job while we waited
+            if lock is not None and (hit := self._cached(lock, t0)) is not None:
+                return hit
+            lock, key, cached = self._build(requirements, extra, base_dir)
+            tmp = memo.with_suffix(f".tmp-{uuid.uuid4().hex}")
+            tmp.write_text(lock)
+            os.replace(tmp, memo)
+        path = self.root / key
+        return BuiltEnv(key, path, path / "bin" / "python", lock, cached, time.monotonic() - t0)
+
+    def _cached(self, lock: str, t0: float) -> BuiltEnv | None:
         key = self.key_for(lock)
         path = self.root / key
-        if (path / _READY).exists():
-            self._touch(path)
-            return BuiltEnv(key, path, path / "bin" / "python", lock, True, time.monotonic() - t0)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with _flock(self.root / f"{key}.lock"):
-            if (path / _READY).exists():  # another job built it while we waited
-                self._touch(path)
-                return BuiltEnv(key, path, path / "bin" / "python", lock, True,
-                                time.monotonic() - t0)
-            self._build(key, path, lock, base_dir)
-        return BuiltEnv(key, path, path / "bin" / "python", lock, False, time.monotonic() - t0)
+        if not (path / _READY).exists():
+            return None
+        self._touch(path)
+        return BuiltEnv(key, path, path / "bin" / "python", lock, True, time.monotonic() - t0)
 
-    def _build(self, key: str, path: Path, lock: str, base_dir: Path) -> None:
-        tmp = self.root / f".build-{key}-{uuid.uuid4().hex[:8]}"
-        packages = len([ln for ln in lock.splitlines() if ln.strip() and not ln.startswith("#")])
-        self._log(f"[shoal] building environment {key[:12]} ({packages} packages) with uv\n")
+    def _build(self, requirements: str, extra: tuple[str, ...],
+               base_dir: Path) -> tuple[str, str, bool]:
+        tmp = self.root / f".build-{uuid.uuid4().hex[:12]}"
+        self._log("[shoal] building an environment with uv\n")
         try:
             self._run(["venv", "--relocatable", "--python", self._python, "--quiet", str(tmp)],
                       what="creating the virtual environment")
-            lock_file = tmp / "requirements.lock"
-            lock_file.write_text(lock)
-            self._run(["pip", "sync", "--python", str(tmp / "bin" / "python"),
-                       "--compile-bytecode", "--quiet", str(lock_file)], cwd=base_dir,
-                      what="installing the requirements")
+            req_file = tmp / "requirements.in"
+            req_file.write_text("\n".join([requirements, *extra]) + "\n")
+            python = str(tmp / "bin" / "python")
+            self._run(["pip", "install", "--python", python, "--quiet", "-r", str(req_file)],
+                      cwd=base_dir, what="installing the requirements")
+            lock = self._run(["pip", "freeze", "--python", python, "--exclude-editable"],
+                             what="recording the installed versions")
+            key = self.key_for(lock)
+            path = self.root / key
+            packages = len([ln for ln in lock.splitlines() if ln.strip()])
+            (tmp / "requirements.lock").write_text(lock)
             (tmp / _READY).write_text(json.dumps({"key": key, "created_at": time.time(),
                                                   "packages": packages}))
-            if path.exists():  # a leftover without its ready marker
-                shutil.rmtree(path)
-            os.replace(tmp, path)
+            with _flock(self.root / f"{key}.lock"):
+                if (path / _READY).exists():  # an equal lock was built from another request
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    self._touch(path)
+                    self._log(f"[shoal] same packages as environment {key[:12]}; reusing it\n")
+                    return lock, key, True
+                if path.exists():  # a leftover without its ready marker
+                    shutil.rmtree(path)
+                os.replace(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._log(f"[shoal] environment {key[:12]} ready\n")
+        self._log(f"[shoal] environment {key[:12]} ready ({packages} packages)\n")
+        self._compile_later(path)
+        return lock, key, False
+
+    @staticmethod
+    def _compile_later(path: Path) -> None:
+        """Compile bytecode in the background: the first job need not wait for it, and every
+        later job imports fast even where PYTHONDONTWRITEBYTECODE is set."""
+        python = path / "bin" / "python"
+        site = [str(p) for p in path.glob("lib/python*/site-packages")]
+        if not site:
+            return
+        # sh puts it in the background and exits, so nothing is left for us to reap; the
+        # paths travel as arguments, never inside the command text.
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["/bin/sh", "-c", '"$0" -m compileall -q -j 0 "$@" >/dev/null 2>&1 &',
+                            str(python), *site], stdin=subprocess.DEVNULL, check=False,
+                           timeout=30, env={"PATH": os.environ.get("PATH", "")})
 
     @staticmethod
     def _touch(path: Path) -> None:
@@ -205,14 +237,10 @@ class UvEnvBuilder:
                 shutil.rmtree(info.path, ignore_errors=True)
             removed.append(info.key)
         for leftover in self.root.glob(".build-*"):
-            key = leftover.name.split("-")[1]
-            with open(self.root / f"{key}.lock", "a") as f:
-                try:  # a build in progress holds its key's lock: leave it alone
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                shutil.rmtree(leftover, ignore_errors=True)
-                fcntl.flock(f, fcntl.LOCK_UN)
+            # A build in progress is younger than an hour; older ones are leftovers of a crash.
+            with contextlib.suppress(OSError):
+                if now - leftover.stat().st_mtime > 3600:
+                    shutil.rmtree(leftover, ignore_errors=True)
         return removed
 
 

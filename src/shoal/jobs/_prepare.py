@@ -33,6 +33,8 @@ class JobPython:
     pythonpath: tuple[str, ...] = ()
     isolated: bool = False
     cwd: Path | None = None
+    #: shoal's in-job modules for an isolated interpreter; its zygote starts with only these.
+    runtime: str | None = None
 
 
 class PrepareError(Exception):
@@ -94,7 +96,7 @@ class Preparer:
                    .encode())
         runtime = ensure_runtime(self._envs.root.parent / "runtime")
         return JobPython(str(built.python), fork=False, pythonpath=(str(runtime),),
-                         isolated=True)
+                         isolated=True, runtime=str(runtime))
 
     def _unpack_workdir(self, record: JobRecord, sha: str, workdir: Path, plan: JobPython,
                         sink: LogSink) -> JobPython:
@@ -111,7 +113,7 @@ class Preparer:
             raise PrepareError(FailureKind.ENVIRONMENT, str(e)) from e
         sink.write(f"[shoal] workdir {sha[:12]} unpacked ({len(data)} bytes)\n".encode())
         return JobPython(plan.python, plan.fork, (str(target), *plan.pythonpath), plan.isolated,
-                         cwd=target)
+                         cwd=target, runtime=plan.runtime)
 
     # --- pre-execution --------------------------------------------------------------------
 

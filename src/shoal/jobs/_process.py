@@ -155,3 +155,107 @@ def _limits(memory_mib: int | None) -> Any:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     return apply
+
+
+class ZygoteProcess(JobProcess):
+    """A job forked by a zygote (``_zygote.py``); its end is reported over the connection."""
+
+    def __init__(self, sock: Any, pid: int, out_fd: int) -> None:
+        self._sock, self.pid, self.out_fd = sock, pid, out_fd
+        self._rc: int | None = None
+        self._buf = b""
+
+    @classmethod
+    def start(cls, sock_path: str, request: dict[str, Any]) -> ZygoteProcess:
+        import json
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(30)
+            sock.connect(sock_path)
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 1)
+            if not fds:
+                raise OSError(f"the zygote at {sock_path} sent no output pipe")
+            pid = int(json.loads(msg.split(b"\n")[0])["pid"])
+        except (OSError, ValueError, KeyError):
+            sock.close()
+            raise
+        return cls(sock, pid, fds[0])
+
+    def _read(self, block: bool) -> None:
+        import json
+
+        self._sock.setblocking(block)
+        try:
+            while not self._buf.endswith(b"\n"):
+                chunk = self._sock.recv(4096)
+                if not chunk:  # the zygote died: its job went with it
+                    self._rc = -int(signal.SIGKILL)
+                    return
+                self._buf += chunk
+        except (BlockingIOError, InterruptedError):
+            return
+        self._rc = int(json.loads(self._buf)["exit"])
+        self._sock.close()
+
+    def poll(self) -> int | None:
+        if self._rc is None:
+            self._read(block=False)
+        return self._rc
+
+    def wait(self) -> int:
+        while self._rc is None:
+            self._read(block=True)
+        return self._rc
+
+
+def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
+                  idle_seconds: float) -> str:
+    """The socket of a zygote for *python* (started if none answers); shared by jobs."""
+    import fcntl
+    import hashlib
+    import socket
+    import tempfile
+    import time
+
+    digest = hashlib.sha256(f"{python}|{'|'.join(pythonpath)}".encode()).hexdigest()[:16]
+    path = str(run_dir / f"z-{digest}.sock")
+    if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
+        base = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}"
+        base.mkdir(mode=0o700, exist_ok=True)
+        path = str(base / f"z-{hashlib.sha256(path.encode()).hexdigest()[:16]}.sock")
+
+    def answers() -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(path)
+            except OSError:
+                return False
+            return True  # an empty connection is dropped by the zygote
+
+    if os.path.exists(path) and answers():
+        return path
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / f"z-{digest}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path) and answers():
+            return path
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(pythonpath),
+               "PYTHONUNBUFFERED": "1"}
+        with open(run_dir / f"z-{digest}.log", "ab") as log:
+            done = subprocess.run([python, "-m", "shoal.jobs._zygote", path, str(idle_seconds)],
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=log, start_new_session=True, timeout=60, check=False)
+        pid = int(done.stdout.split()[0]) if done.stdout.strip() else 0
+        (run_dir / f"z-{digest}.pid").write_text(str(pid))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(path):
+                return path
+            if not pid or not os.path.exists(f"/proc/{pid}"):
+                break
+            time.sleep(0.005)  # bounded poll on a process starting up
+        tail = (run_dir / f"z-{digest}.log").read_text(errors="replace")[-2000:]
+        raise OSError(f"the zygote for {python} did not start; its log ends with:\n{tail}")

@@ -25,7 +25,14 @@ from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import secret_values
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
-from shoal.jobs._process import ExecProcess, ForkedProcess, JobProcess, killpg
+from shoal.jobs._process import (
+    ExecProcess,
+    ForkedProcess,
+    JobProcess,
+    ZygoteProcess,
+    ensure_zygote,
+    killpg,
+)
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
@@ -49,7 +56,8 @@ class Outcome:
 class Supervisor:
     def __init__(self, service: JobService, *, work_root: Path, slots: SlotPool,
                  python: str | None = None, cpu_count: int | None = None,
-                 fork: bool = True, envs: Any = None, warm: bool = False) -> None:
+                 fork: bool = True, envs: Any = None, warm: bool = False,
+                 run_dir: Path | None = None, zygote_idle_seconds: float = 300.0) -> None:
         self._svc = service
         self._work_root = Path(work_root)
         self._slots = slots
@@ -60,6 +68,8 @@ class Supervisor:
         # A warm worker serves many jobs: a SIGTERM stops the current one only if its record
         # says a stop was asked for (a late signal must not hit the next job).
         self._warm = warm
+        self._run_dir = run_dir
+        self._zygote_idle = zygote_idle_seconds
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
@@ -164,9 +174,16 @@ class Supervisor:
         if self._stop:
             return Outcome(JobStatus.STOPPED, reason="stopped while starting")
         try:
-            if self._plan.fork:
-                proc: JobProcess = ForkedProcess.start(workdir, env, spec.memory_mib,
-                                                      close_fds=(self._wake_r, self._wake_w))
+            if self._plan.runtime is not None and self._run_dir is not None:
+                # An isolated interpreter: fork the job from that interpreter's warm zygote.
+                sock = ensure_zygote(self._plan.python, (self._plan.runtime,), self._run_dir,
+                                     self._zygote_idle)
+                proc: JobProcess = ZygoteProcess.start(sock, {
+                    "workdir": str(workdir), "env": env, "memory_mib": spec.memory_mib,
+                    "pythonpath": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]})
+            elif self._plan.fork:
+                proc = ForkedProcess.start(workdir, env, spec.memory_mib,
+                                           close_fds=(self._wake_r, self._wake_w))
             else:
                 proc = ExecProcess.start(self._plan.python, workdir, env, spec.memory_mib)
         except OSError as e:
