@@ -29,8 +29,11 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
-	$(BIN)/python bench/dispatch.py
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python bench/import_time.py
+	$(BIN)/python bench/dispatch.py
+	$(BIN)/python bench/envs.py
+	$(BIN)/python bench/warm.py
 
 clean:
 	rm -rf $(VENV)

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -80,23 +81,24 @@ def test_a_closure_pins_the_distribution_and_its_installed_requirements() -> Non
 
     captured = capture_requirements(f)
 
-    expected = {pinned("SQLAlchemy"), pinned("typing_extensions")}
-    try:  # greenlet is only an extra of SQLAlchemy 2.1, but some platforms' markers require it
-        expected.add(pinned("greenlet")) if _needs("sqlalchemy", "greenlet") else None
-    except metadata.PackageNotFoundError:
-        pass
-    assert set(captured.requirements) == expected
+    # Whatever SQLAlchemy requires here (typing-extensions; greenlet where a marker asks for it
+    # and it is installed), at its installed version. Those leaves require nothing installed.
+    needed = {"typing-extensions", *installed_requirements("SQLAlchemy")}
+    assert set(captured.requirements) == {pinned("SQLAlchemy"), *map(pinned, needed)}
     assert captured.modules == ("sqlalchemy",)
 
 
-def _needs(dist: str, dep: str) -> bool:
+def installed_requirements(dist: str) -> set[str]:
+    found = set()
     for line in metadata.requires(dist) or ():
         req = Requirement(line)
-        if canonicalize_name(req.name) == dep and (
-                req.marker is None or req.marker.evaluate({"extra": ""})):
-            metadata.version(dep)
-            return True
-    return False
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            try:
+                metadata.version(req.name)
+            except metadata.PackageNotFoundError:
+                continue
+            found.add(canonicalize_name(req.name))
+    return found
 
 
 def test_extras_only_requirements_are_skipped() -> None:
@@ -141,6 +143,24 @@ def test_a_helper_reached_through_globals_is_followed() -> None:
                    "def f():\n    return helper()\n")
 
     assert names(capture_requirements(cell["f"])) == ["pyyaml"]  # type: ignore[arg-type]
+
+
+def _module_level_helper() -> str:
+    import yaml
+
+    return yaml.safe_dump({})
+
+
+def test_a_module_level_helper_brings_its_whole_module() -> None:
+    # Pickled by reference, the helper makes the job import this test module, and with it
+    # everything the module imports.
+    def f() -> str:
+        return _module_level_helper()
+
+    captured = capture_requirements(f)
+
+    assert {"pyyaml", "numpy", "pytest", "sqlalchemy"} <= set(names(captured))
+    assert captured.local_modules == (__name__.partition(".")[0],)
 
 
 def test_methods_of_a_class_reached_through_globals_are_followed() -> None:
@@ -198,8 +218,8 @@ def test_a_local_module_is_reported_not_pinned(
     (tmp_path / "shoal_capture_mymod.py").write_text(
         "import yaml\n\ndef helper():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "shoal_capture_mymod", raising=False)  # dropped afterwards
     mymod = importlib.import_module("shoal_capture_mymod")
-    monkeypatch.setitem(sys.modules, "shoal_capture_mymod", mymod)
 
     def f() -> object:
         return mymod.helper()
@@ -242,51 +262,79 @@ def test_a_missing_module_imported_in_the_body_is_ignored() -> None:
     assert captured.requirements == captured.modules == ()
 
 
-def test_a_distribution_installed_from_a_local_path_is_editable(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_capture, "_direct_url", _fake_direct_url(
-        "pyyaml", {"url": "file:///src/mypkg", "dir_info": {"editable": True}}))
-    _capture._dist_info.cache_clear()
-    try:
-        def f() -> object:
-            import yaml
-
-            return yaml
-
-        captured = capture_requirements(f)
-    finally:
-        _capture._dist_info.cache_clear()
-
-    assert captured.editable == ("pyyaml @ file:///src/mypkg",)
-    assert captured.requirements == ()
+@pytest.fixture
+def fresh_caches() -> Iterator[None]:
+    """Installed distributions are cached per process; these tests install fake ones."""
+    caches = (_capture._packages, _capture._editable_roots, _capture._dist_info)
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    for cache in caches:
+        cache.cache_clear()
 
 
+def fake_dist(site_dir: Path, name: str, *, direct_url: dict[str, object], requires: str = "",
+              top_level: str = "", pth: str = "") -> None:
+    """Write ``name``-1.0.dist-info as pip leaves it: METADATA, direct_url.json, RECORD."""
+    info = site_dir / f"{name.replace('-', '_')}-1.0.dist-info"  # escaped, as in a wheel
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires.split()))
+    (info / "direct_url.json").write_text(json.dumps(direct_url))
+    record = [f"{info.name}/METADATA,,", f"{info.name}/direct_url.json,,"]
+    if top_level:
+        (info / "top_level.txt").write_text(top_level + "\n")
+    if pth:
+        (site_dir / f"__editable__.{name}-1.0.pth").write_text(pth + "\n")
+        record.append(f"__editable__.{name}-1.0.pth,,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+@pytest.mark.usefixtures("fresh_caches")
+def test_an_editable_install_is_reported_with_its_requirements_pinned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "proj"
+    (project / "src" / "shoal_capture_ed").mkdir(parents=True)
+    (project / "src" / "shoal_capture_ed" / "__init__.py").write_text("")
+    # No top_level.txt: only the .pth line ties the source directory to the distribution.
+    fake_dist(tmp_path / "site", "shoal-capture-ed", requires="pyyaml",
+              direct_url={"url": project.as_uri(), "dir_info": {"editable": True}},
+              pth=str(project / "src"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(project / "src"))  # what the .pth does at startup
+
+    def f() -> object:
+        import shoal_capture_ed
+
+        return shoal_capture_ed
+
+    captured = capture_requirements(f)
+
+    assert captured.editable == (f"shoal-capture-ed @ {project.as_uri()}",)
+    assert captured.requirements == (pinned("PyYAML"),)
+    assert captured.local_modules == ()
+    require_no_editable(captured, shipped_workdir=project)
+    with pytest.raises(RuntimeEnvError, match="shoal-capture-ed"):
+        require_no_editable(captured, shipped_workdir=None)
+
+
+@pytest.mark.usefixtures("fresh_caches")
 def test_a_distribution_installed_from_vcs_is_pinned_to_its_commit(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_capture, "_direct_url", _fake_direct_url(
-        "pyyaml", {"url": "https://example.com/yaml.git",
-                   "vcs_info": {"vcs": "git", "commit_id": "abc123"}}))
-    _capture._dist_info.cache_clear()
-    try:
-        def f() -> object:
-            import yaml
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dist(tmp_path, "shoal-capture-vcs", top_level="shoal_capture_vcs",
+              direct_url={"url": "https://example.com/vcs.git",
+                          "vcs_info": {"vcs": "git", "commit_id": "abc123"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
 
-            return yaml
+    def f() -> object:
+        import shoal_capture_vcs  # type: ignore[import-not-found]
 
-        captured = capture_requirements(f)
-    finally:
-        _capture._dist_info.cache_clear()
+        return shoal_capture_vcs
 
-    assert captured.requirements == ("pyyaml @ git+https://example.com/yaml.git@abc123",)
+    captured = capture_requirements(f)
 
-
-def _fake_direct_url(name: str, data: dict[str, object]):  # noqa: ANN202
-    real = _capture._direct_url
-
-    def fake(dist: metadata.Distribution) -> dict[str, object]:
-        return data if canonicalize_name(dist.name) == name else real(dist)
-
-    return fake
+    assert captured.requirements == ("shoal-capture-vcs @ git+https://example.com/vcs.git@abc123",)
+    assert captured.modules == ("shoal_capture_vcs",)
 
 
 def editable(*lines: str) -> CapturedRequirements:
@@ -321,7 +369,7 @@ def test_require_no_editable_accepts_paths_inside_the_shipped_workdir(tmp_path: 
 def test_the_editable_project_of_this_checkout_is_not_captured() -> None:
     # shoal is installed editable here; its own modules must never reach `editable`.
     def f() -> object:
-        return shoal.Session if hasattr(shoal, "Session") else shoal
+        return shoal, shoal.errors.ShoalError
 
     assert capture_requirements(f).editable == ()
 
@@ -335,11 +383,3 @@ def test_capture_is_fast_once_warm() -> None:
     for _ in range(10):
         capture_requirements(f)
     assert (time.perf_counter() - start) / 10 < 0.1
-
-
-def test_direct_url_json_is_read_from_the_distribution() -> None:
-    # Sanity: the editable checkout of shoal carries a direct_url.json saying so.
-    data = json.loads(metadata.distribution("shoal").read_text("direct_url.json") or "{}")
-    if not data.get("dir_info", {}).get("editable"):
-        pytest.skip("shoal is not installed editable here")
-    assert _capture._direct_url(metadata.distribution("shoal"))["url"].startswith("file:")

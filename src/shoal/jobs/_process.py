@@ -118,8 +118,7 @@ def _run_forked_child(workdir: Path, env: dict[str, str], limits: Any, out: int,
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     limits()
-    os.environ.clear()
-    os.environ.update(env)
+    _replace_environ(env)
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:0] = extra
     os.chdir(workdir)
@@ -259,3 +258,13 @@ def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
             time.sleep(0.005)  # bounded poll on a process starting up
         tail = (run_dir / f"z-{digest}.log").read_text(errors="replace")[-2000:]
         raise OSError(f"the zygote for {python} did not start; its log ends with:\n{tail}")
+
+
+def _replace_environ(env: dict[str, str]) -> None:
+    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
+    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
+    for name in [k for k in os.environ if k not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value

@@ -49,8 +49,7 @@ def _child(request: dict[str, Any], out: int) -> int:
 
         limit = int(request["memory_mib"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    os.environ.clear()
-    os.environ.update(request.get("env") or {})
+    _replace_environ(request.get("env") or {})
     sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
     os.chdir(request["workdir"])
     from shoal.jobs._entrypoint import main as entry
@@ -188,3 +187,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _replace_environ(env: dict[str, str]) -> None:
+    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
+    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
+    for name in [k for k in os.environ if k not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
