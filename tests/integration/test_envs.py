@@ -154,3 +154,21 @@ def test_pre_execution_commands_and_script_together_are_refused(session, tmp_pat
         remote(pre_execution_commands=["true"], pre_execution_script=str(script))(
             _six_version)()
     assert session.metadata.list_jobs(JobQuery()) == []
+
+
+def test_auto_capture_pins_what_the_function_needs(session):
+    import yaml
+
+    @remote(dependencies="auto_capture")
+    def uses_yaml():
+        import importlib.util
+
+        return yaml.__version__, importlib.util.find_spec("sqlalchemy") is None
+
+    version, no_sqlalchemy = uses_yaml()
+    assert version == yaml.__version__ and no_sqlalchemy  # pinned, and nothing else came along
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="uses-yaml-"))
+    requested = session.artifacts.get_bytes(f"{record.name}/env/requirements.txt").decode()
+    assert f"pyyaml=={yaml.__version__}" in requested.lower()
+    lock = session.artifacts.get_bytes(f"{record.name}/env/requirements.lock").decode()
+    assert f"pyyaml=={yaml.__version__}" in lock.lower()

@@ -40,6 +40,7 @@ from shoal.errors import RuntimeEnvError
 __all__ = ["CapturedRequirements", "capture_requirements", "require_no_editable"]
 
 _SELF = "shoal"  # the job's runtime brings shoal (and what it needs) itself
+_LOADS = frozenset({"LOAD_CONST", "LOAD_SMALL_INT"})  # how an import's level is pushed (3.14+)
 _IGNORED = (frozenset({"__main__", "__mp_main__", "builtins", _SELF})
             | sys.stdlib_module_names | frozenset(sys.builtin_module_names))
 
@@ -184,7 +185,7 @@ def _imports(code: types.CodeType) -> Iterator[tuple[str, int]]:
     for ins in dis.get_instructions(code):
         if ins.opname == "IMPORT_NAME":
             yield ins.argval, before[0] if isinstance(before[0], int) else 0
-        before = [before[1], ins.argval if ins.opname == "LOAD_CONST" else None]
+        before = [before[1], ins.argval if ins.opname in _LOADS else None]
 
 
 def _classify(top: str) -> tuple[str, ...] | None:

@@ -30,6 +30,16 @@ from typing import Any
 __all__ = ["main"]
 
 
+def _replace_environ(env: dict[str, str]) -> None:
+    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
+    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
+    for name in [k for k in os.environ if k not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 def _child(request: dict[str, Any], out: int) -> int:
     os.setsid()
     signal.set_wakeup_fd(-1)
@@ -187,13 +197,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _replace_environ(env: dict[str, str]) -> None:
-    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
-    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
-    for name in [k for k in os.environ if k not in env]:
-        del os.environ[name]
-    for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value

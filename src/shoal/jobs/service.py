@@ -83,7 +83,9 @@ class JobService:
                         kwargs: Mapping[str, Any], *,
                         files: Mapping[str, bytes] | None = None) -> JobRecord:
         """Pickle, record, store and launch. Nothing is recorded if pickling fails."""
-        requirements = _read_file(spec.dependencies, "dependencies") if spec.dependencies else None
+        requirements = (_read_file(spec.dependencies, "dependencies")
+                        if spec.dependencies and "env/requirements.txt" not in (files or {})
+                        else None)
         script = (_read_file(spec.pre_execution_script, "pre_execution_script")
                   if spec.pre_execution_script else None)
         key = new_key()

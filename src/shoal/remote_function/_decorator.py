@@ -34,7 +34,7 @@ def _stream(chunk: bytes) -> None:
 def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, ...],
             kwargs: dict[str, Any], *, stream: bool) -> Any:
     session = _session(options)
-    spec, files = options.build_job(func, session)
+    spec, files = options.build_job(func, session, call_args=(*args, *kwargs.values()))
     service = session.jobs
     record = service.submit_function(spec, func, args, kwargs, files=files)
     record = service.wait(record.name, on_output=_stream if stream else None)

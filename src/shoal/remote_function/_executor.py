@@ -116,7 +116,8 @@ class RemoteExecutor(Executor):
             future = RemoteFuture()
             # Build the spec now: bad options or config fail at submit(), not in a thread.
             session = self._session()
-            spec, files = self._options.build_job(fn, session)
+            spec, files = self._options.build_job(fn, session,
+                                                  call_args=(*args, *kwargs.values()))
             self._pending.append(future)
             self._queue.put((future, session, (spec, files), fn, args, kwargs))
             if len(self._workers) < self._max:

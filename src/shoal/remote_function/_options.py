@@ -40,6 +40,9 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+#: ``dependencies="auto_capture"``: pin what the function needs from the current environment.
+AUTO_CAPTURE = "auto_capture"
+
 #: The largest working directory include_local_workdir ships (uncompressed).
 WORKDIR_MAX_BYTES = 100 * 1024**2
 
@@ -154,12 +157,20 @@ class RemoteOptions:
         config_key = _CONFIG_KEYS.get(key)
         return defaults.get(config_key) if config_key else None
 
-    def build_job(self, func: Callable[..., Any], session: Any
-                  ) -> tuple[JobSpec, dict[str, bytes]]:
-        """The JobSpec plus the files that travel with the job (the packed workdir)."""
+    def build_job(self, func: Callable[..., Any], session: Any, *,
+                  call_args: tuple[Any, ...] = ()) -> tuple[JobSpec, dict[str, bytes]]:
+        """The JobSpec plus the files that travel with the job (packed workdir, captured
+        requirements)."""
         spec = self.build_spec(func, session)
         files: dict[str, bytes] = {}
-        if self.resolve("include_local_workdir", session.defaults):
+        shipped = bool(self.resolve("include_local_workdir", session.defaults))
+        if spec.dependencies == AUTO_CAPTURE:
+            from shoal.envs._capture import capture_requirements, require_no_editable
+
+            captured = capture_requirements(func, extra_objects=call_args)
+            require_no_editable(captured, shipped_workdir=Path.cwd() if shipped else None)
+            files["env/requirements.txt"] = ("\n".join(captured.requirements) + "\n").encode()
+        if shipped:
             from shoal.envs._workdir import pack_workdir
 
             packed = pack_workdir(Path.cwd(), file_filter=self._file_filter(session.defaults),
@@ -254,10 +265,12 @@ class RemoteOptions:
         if not isinstance(deps, str):
             raise InvalidArgumentError("dependencies must be a path to requirements.txt",
                                        argument="dependencies")
-        if deps == "auto_capture" or deps.endswith((".yml", ".yaml")):
-            raise InvalidArgumentError(f"dependencies={deps!r} arrives with runtime "
-                                       "environments (TODO(#3)); give a requirements.txt",
-                                       argument="dependencies")
+        if deps == AUTO_CAPTURE:
+            return AUTO_CAPTURE
+        if deps.endswith((".yml", ".yaml")):
+            raise InvalidArgumentError(f"dependencies={deps!r}: conda environment files arrive "
+                                       "with TODO(#3); give a requirements.txt or "
+                                       "'auto_capture'", argument="dependencies")
         path = Path(deps).expanduser().resolve()
         if not path.is_file():
             raise InvalidArgumentError(f"dependencies file {deps} does not exist (looked for "
