@@ -1,11 +1,25 @@
 """Runtime environments for jobs: isolated virtualenvs built with uv, cached by their lock.
 
 Built environments live under ``SHOAL_HOME/envs/<key>``, where the key hashes the resolved
-lock, the Python ABI and the platform. Conda files, auto-capture and the shipped working
-directory are TODO(#3).
+lock, the Python ABI and the platform. A conda ``environment.yml`` is built by micromamba,
+mamba or conda when one is on PATH (as ``conda-<key>`` beside them), else its ``pip:`` section
+by uv; ``job_conda_env`` uses an existing named conda environment.
 """
 
+from shoal.envs._conda import (
+    CondaEnvBuilder,
+    CondaSpec,
+    ensure_conda_file_env,
+    ensure_named_conda_env,
+    find_conda_tool,
+    parse_environment_yml,
+    plan_without_conda,
+    resolve_conda_env,
+)
 from shoal.envs._runtime import ensure_runtime
 from shoal.envs._uv import BuiltEnv, EnvInfo, UvEnvBuilder, find_uv
 
-__all__ = ["BuiltEnv", "EnvInfo", "UvEnvBuilder", "ensure_runtime", "find_uv"]
+__all__ = ["BuiltEnv", "CondaEnvBuilder", "CondaSpec", "EnvInfo", "UvEnvBuilder",
+           "ensure_conda_file_env", "ensure_named_conda_env", "ensure_runtime",
+           "find_conda_tool", "find_uv", "parse_environment_yml", "plan_without_conda",
+           "resolve_conda_env"]

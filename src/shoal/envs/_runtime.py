@@ -22,6 +22,7 @@ RUNTIME_MODULES = (
     "jobs/__init__.py",
     "jobs/_entrypoint.py",
     "jobs/_zygote.py",
+    "jobs/_executor.py",
 )
 
 

@@ -1,8 +1,9 @@
 """Inside the job: load the signed function and arguments, call, write the signed result.
 
-Runs as ``python -m shoal.jobs._entrypoint WORKDIR`` in the job's own interpreter, so it
-imports only the standard library, cloudpickle and ``shoal.serialization``. It talks to the
-supervisor through files in WORKDIR; the supervisor alone touches the stores.
+Runs as ``python -m shoal.jobs._entrypoint WORKDIR`` in the job's own interpreter (or forked),
+so it imports only the standard library, cloudpickle and ``shoal.serialization``. It talks to
+the supervisor through flat files in WORKDIR (``function.pkl``/``.json``, ``arguments.*``,
+``results.*``, ``exception.*``); the supervisor alone touches the stores.
 Exit codes: 0 result written, 1 the function raised (exception written), 3 a payload was
 refused (``shoal_error.json`` says why).
 """
@@ -26,17 +27,16 @@ EXIT_OK, EXIT_RAISED, EXIT_REFUSED = 0, 1, 3
 
 
 def _read(workdir: Path, name: str) -> Payload:
-    return Payload((workdir / name / "payload.pkl").read_bytes(),
-                   (workdir / name / "metadata.json").read_bytes())
+    return Payload((workdir / f"{name}.pkl").read_bytes(),
+                   (workdir / f"{name}.json").read_bytes())
 
 
 def _write(workdir: Path, name: str, payload: Payload) -> None:
-    target = workdir / name
-    target.mkdir(exist_ok=True)
-    for fname, data in (("payload.pkl", payload.data), ("metadata.json", payload.metadata)):
-        tmp = target / f".{fname}.tmp"
+    # The pickle first, its metadata last: whoever finds the metadata finds the whole payload.
+    for fname, data in ((f"{name}.pkl", payload.data), (f"{name}.json", payload.metadata)):
+        tmp = workdir / f".{fname}.tmp"
         tmp.write_bytes(data)
-        os.replace(tmp, target / fname)
+        os.replace(tmp, workdir / fname)
 
 
 def _refuse(workdir: Path, kind: str, message: str) -> int:
@@ -77,7 +77,7 @@ def _write_exception(workdir: Path, exc: BaseException, tb: str, key: str) -> No
     _write(workdir, "exception", _exception_payload(exc, tb, key))
     summary = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
                "message": str(exc)[:2000]}
-    (workdir / "exception" / "summary.json").write_text(_json_dumps(summary))
+    (workdir / "exception.summary.json").write_text(_json_dumps(summary))
 
 
 def _exception_payload(exc: BaseException, tb: str, key: str) -> Payload:

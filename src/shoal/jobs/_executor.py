@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import signal
 import socket
 import sys
 import threading
 import types
+from json import dumps as _json_dumps  # bound now: a job may monkeypatch json
+from json import loads as _json_loads
 from typing import Any, NoReturn
 
 __all__ = ["serve"]
@@ -116,7 +117,7 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
 
         snapshot = _Snapshot()
         while line := _recv_line(ctrl):
-            request = json.loads(line)
+            request = _json_loads(line)
             _replace_environ(request.get("env") or {})
             sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
             try:
@@ -125,7 +126,7 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
                 sys.stdout.flush()
                 sys.stderr.flush()
             reason = snapshot.restore()
-            ctrl.sendall(json.dumps({"exit": status, "discard": reason}).encode() + b"\n")
+            ctrl.sendall(_json_dumps({"exit": status, "discard": reason}).encode() + b"\n")
             if reason is not None:
                 break
     except BaseException:  # never return into the code that forked us

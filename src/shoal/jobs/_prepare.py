@@ -68,31 +68,49 @@ class Preparer:
         if sha:
             plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
         for kind in ("function", "arguments"):
-            target = workdir / kind
-            target.mkdir()
-            for fname in ("payload.pkl", "metadata.json"):
-                (target / fname).write_bytes(
+            for fname, local in (("payload.pkl", f"{kind}.pkl"), ("metadata.json", f"{kind}.json")):
+                (workdir / local).write_bytes(
                     self._artifacts.get_bytes(job_key(record.name, kind, fname)))
         return plan
 
     def _build_env(self, record: JobRecord, sink: LogSink) -> JobPython:
         import cloudpickle
 
-        from shoal.envs import ensure_runtime
+        from shoal.envs import ensure_conda_file_env, ensure_named_conda_env, ensure_runtime
 
         spec = record.spec
         if self._envs is None:
             raise ShoalError(f"job {record.name} asks for dependencies but this supervisor has "
                              "no environment builder")
-        text = self._artifacts.get_bytes(job_key(record.name, "env", "requirements.txt"))
-        built = self._envs.ensure(
-            text.decode(), base_dir=Path(spec.dependencies or ".").parent,
-            extra=(f"cloudpickle=={cloudpickle.__version__}",),
-            log=lambda msg: sink.write(msg.encode()))
+        # The dependencies file travels under this name whatever it is called.
+        text = (self._artifacts.get_bytes(job_key(record.name, "env", "requirements.txt"))
+                .decode() if spec.dependencies else None)
+        base_dir = Path(spec.dependencies or ".").parent
+        extra = (f"cloudpickle=={cloudpickle.__version__}",)
+        conda_env = spec.extra.get("conda_env")
+        is_conda_file = bool(spec.dependencies) and str(spec.dependencies).endswith(
+            (".yml", ".yaml"))
+
+        def log(msg: str) -> None:
+            sink.write(msg.encode())
+
+        if conda_env and is_conda_file:
+            raise ShoalError(f"give job_conda_env={conda_env!r} or the conda file "
+                             f"{spec.dependencies}, not both; to add packages to the named "
+                             "environment, give a requirements.txt")
+        if conda_env:
+            built = ensure_named_conda_env(str(conda_env), requirements=text, base_dir=base_dir,
+                                           extra=extra, log=log)
+        elif is_conda_file and text is not None:
+            built = ensure_conda_file_env(text, source=str(spec.dependencies),
+                                          uv_builder=self._envs, base_dir=base_dir, extra=extra,
+                                          client_python=self._python, log=log)
+        else:
+            built = self._envs.ensure(text or "", base_dir=base_dir, extra=extra, log=log)
         self._artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),
                                   built.lock.encode())
         how = "cached" if built.cached else "built"
-        sink.write(f"[shoal] environment {built.key[:12]} ({how}) in {built.seconds:.2f} s\n"
+        sink.write(f"[shoal] environment {built.key[:16]} ({how}) in {built.seconds:.2f} s\n"
                    .encode())
         runtime = ensure_runtime(self._envs.root.parent / "runtime")
         return JobPython(str(built.python), fork=False, pythonpath=(str(runtime),),

@@ -26,6 +26,15 @@ class JobProcess:
     pid: int
     out_fd: int
 
+    def extra_fds(self) -> tuple[int, ...]:
+        return ()
+
+    def finish(self) -> None:
+        """After the job: kill what is left of its process group and close its output."""
+        killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.close(self.out_fd)
+
     def poll(self) -> int | None:
         raise NotImplementedError
 
@@ -268,3 +277,111 @@ def _replace_environ(env: dict[str, str]) -> None:
     for name, value in env.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
+
+
+class WarmExecutor:
+    """A persistent process that runs a warm pool's jobs in-process (``_executor.py``)."""
+
+    def __init__(self, pid: int, ctrl: Any, out_fd: int, memory_mib: int | None) -> None:
+        self.pid, self._ctrl, self.out_fd = pid, ctrl, out_fd
+        self._memory = memory_mib
+        self.alive = True
+        self._closed = False
+
+    @classmethod
+    def start(cls, memory_mib: int | None, close_fds: tuple[int, ...]) -> WarmExecutor:
+        import socket
+
+        parent, child = socket.socketpair()
+        r, w = os.pipe()
+        limits = _limits(None)  # only the parent-death signal: the executor sets its memory
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the executor's own process
+            try:
+                parent.close()
+                os.close(r)
+                for fd in close_fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                limits()
+                from shoal.jobs._executor import serve
+
+                serve(child, w, memory_mib)
+            finally:
+                os._exit(70)
+        child.close()
+        os.close(w)
+        os.set_blocking(r, False)
+        return cls(pid, parent, r, memory_mib)
+
+    def usable(self, memory_mib: int | None) -> bool:
+        return self.alive and memory_mib == self._memory
+
+    def run(self, workdir: Path, env: dict[str, str]) -> ExecutorJob:
+        import json
+
+        pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        self._ctrl.sendall(json.dumps({"workdir": str(workdir), "env": env,
+                                       "pythonpath": pythonpath}).encode() + b"\n")
+        return ExecutorJob(self)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.alive = False
+            killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self._ctrl.close()
+            with contextlib.suppress(OSError):
+                os.close(self.out_fd)
+
+
+class ExecutorJob(JobProcess):
+    """One job inside a WarmExecutor; it ends when the executor says so, or dies."""
+
+    def __init__(self, executor: WarmExecutor) -> None:
+        self._ex = executor
+        self.pid, self.out_fd = executor.pid, executor.out_fd
+        self._rc: int | None = None
+        self._buf = b""
+
+    def extra_fds(self) -> tuple[int, ...]:
+        return (self._ex._ctrl.fileno(),)
+
+    def _read(self, block: bool) -> None:
+        import json
+
+        sock = self._ex._ctrl
+        sock.setblocking(block)
+        try:
+            while not self._buf.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:  # the executor died with the job (killed, or os._exit)
+                    _, status = os.waitpid(self._ex.pid, 0)
+                    self._rc = os.waitstatus_to_exitcode(status)
+                    self._ex.alive = False
+                    return
+                self._buf += chunk
+        except (BlockingIOError, InterruptedError):
+            return
+        reply = json.loads(self._buf)
+        self._rc = int(reply["exit"])
+        if reply.get("discard"):  # it exits by itself; finish() reaps it after the drain
+            sys.stderr.write(f"[shoal] warm executor discarded: {reply['discard']}\n")
+            self._ex.alive = False
+
+    def poll(self) -> int | None:
+        if self._rc is None:
+            self._read(block=False)
+        return self._rc
+
+    def wait(self) -> int:
+        while self._rc is None:
+            self._read(block=True)
+        return self._rc
+
+    def finish(self) -> None:
+        if not self._ex.alive:
+            self._ex.close()

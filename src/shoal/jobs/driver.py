@@ -29,6 +29,7 @@ from shoal.jobs._process import (
     ExecProcess,
     ForkedProcess,
     JobProcess,
+    WarmExecutor,
     ZygoteProcess,
     ensure_zygote,
     killpg,
@@ -69,6 +70,7 @@ class Supervisor:
         # says a stop was asked for (a late signal must not hit the next job).
         self._warm = warm
         self._run_dir = run_dir
+        self._executor: WarmExecutor | None = None
         self._zygote_idle = zygote_idle_seconds
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
@@ -126,7 +128,7 @@ class Supervisor:
     def _attempts(self, record: JobRecord) -> None:
         spec = record.spec
         sink = LogSink(self._svc.artifacts, log_key(record.name),
-                       self._work_root / record.name / "output.log",
+                       self._work_root / f"{record.name}.log",
                        redact=secret_values(spec.environment_variables))
         attempts = max(1, spec.max_retry_attempts)
         try:
@@ -159,8 +161,9 @@ class Supervisor:
     def _attempt(self, record: JobRecord, attempt: int, sink: LogSink) -> Outcome:
         name, spec = record.name, record.spec
         self._svc.transition(name, JobStatus.STARTING, attempt=attempt)
-        workdir = self._work_root / name / f"attempt-{attempt}"
-        shutil.rmtree(workdir, ignore_errors=True)
+        workdir = self._work_root / f"{name}.{attempt}"
+        if attempt > 1 or workdir.exists():
+            shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         t0 = time.monotonic()
         try:
@@ -181,6 +184,9 @@ class Supervisor:
                 proc: JobProcess = ZygoteProcess.start(sock, {
                     "workdir": str(workdir), "env": env, "memory_mib": spec.memory_mib,
                     "pythonpath": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]})
+            elif self._plan.fork and self._warm:
+                # A warm pool runs its jobs in one persistent executor (reset between jobs).
+                proc = self._executor_for(spec).run(workdir, env)
             elif self._plan.fork:
                 proc = ForkedProcess.start(workdir, env, spec.memory_mib,
                                            close_fds=(self._wake_r, self._wake_w))
@@ -223,6 +229,8 @@ class Supervisor:
         sel = selectors.DefaultSelector()
         sel.register(out_fd, selectors.EVENT_READ)
         sel.register(self._wake_r, selectors.EVENT_READ)
+        for fd in proc.extra_fds():  # e.g. a warm executor's "job done" channel
+            sel.register(fd, selectors.EVENT_READ, "extra")
         deadline = time.monotonic() + spec.max_runtime_in_seconds
         kill_at: float | None = None
         stopped = timed_out = eof = False
@@ -248,6 +256,8 @@ class Supervisor:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 512)
                     continue
+                if key.data == "extra":
+                    continue  # proc.poll() below reads it
                 eof = self._drain(out_fd, sink)
             sink.maybe_flush(time.monotonic())
             if not eof and proc.poll() is not None:
@@ -256,9 +266,16 @@ class Supervisor:
                 eof = True
         sel.close()
         rc = proc.wait()
-        killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
-        os.close(out_fd)
+        proc.finish()  # kill leftovers of the job's process group, close the pipe
         return rc, stopped, timed_out
+
+    def _executor_for(self, spec: JobSpec) -> WarmExecutor:
+        if self._executor is None or not self._executor.usable(spec.memory_mib):
+            if self._executor is not None:
+                self._executor.close()
+            self._executor = WarmExecutor.start(spec.memory_mib,
+                                                close_fds=(self._wake_r, self._wake_w))
+        return self._executor
 
     def _stop_confirmed(self) -> bool:
         if self._current is None:
@@ -285,12 +302,12 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
                            f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
                            "the job was killed (SIGKILL)", exit_code=rc)
-        if rc == EXIT_OK and (workdir / "results" / "metadata.json").exists():
+        if rc == EXIT_OK and (workdir / "results.json").exists():
             self._upload(name, workdir, "results")
             return Outcome(JobStatus.COMPLETED, exit_code=0)
-        if rc == EXIT_RAISED and (workdir / "exception" / "metadata.json").exists():
+        if rc == EXIT_RAISED and (workdir / "exception.json").exists():
             self._upload(name, workdir, "exception")
-            summary = _read_json(workdir / "exception" / "summary.json")
+            summary = _read_json(workdir / "exception.summary.json")
             return Outcome(JobStatus.FAILED, FailureKind.USER_ERROR,
                            f"{summary.get('type', 'exception')}: {summary.get('message', '')}",
                            exit_code=rc)
@@ -311,9 +328,9 @@ class Supervisor:
     def _upload(self, name: str, workdir: Path, kind: str) -> None:
         arts = self._svc.artifacts
         arts.put_bytes(job_key(name, kind, "payload.pkl"),
-                       (workdir / kind / "payload.pkl").read_bytes())
+                       (workdir / f"{kind}.pkl").read_bytes())
         arts.put_bytes(job_key(name, kind, "metadata.json"),
-                       (workdir / kind / "metadata.json").read_bytes())
+                       (workdir / f"{kind}.json").read_bytes())
 
 
 def _read_json(path: Path) -> dict[str, Any]:
