@@ -23,6 +23,7 @@ from typing import Any
 
 from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import secret_values
+from shoal.errors import InvalidTransitionError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -148,6 +149,12 @@ class Supervisor:
             sink.close()
 
     def _finish(self, name: str, outcome: Outcome) -> None:
+        if outcome.status == JobStatus.COMPLETED:  # the common case: no read first
+            try:
+                self._svc.transition(name, JobStatus.COMPLETED, exit_code=outcome.exit_code)
+                return
+            except InvalidTransitionError:
+                pass  # a stop was asked for meanwhile; settle it below
         current = self._svc.get(name).status
         status = outcome.status
         if current == JobStatus.STOPPING and status == JobStatus.FAILED \
@@ -160,7 +167,8 @@ class Supervisor:
 
     def _attempt(self, record: JobRecord, attempt: int, sink: LogSink) -> Outcome:
         name, spec = record.name, record.spec
-        self._svc.transition(name, JobStatus.STARTING, attempt=attempt)
+        self._svc.transition(name, JobStatus.STARTING, attempt=attempt,
+                             handle=self._own_handle() if self._warm else None)
         workdir = self._work_root / f"{name}.{attempt}"
         if attempt > 1 or workdir.exists():
             shutil.rmtree(workdir, ignore_errors=True)
@@ -276,6 +284,15 @@ class Supervisor:
             self._executor = WarmExecutor.start(spec.memory_mib,
                                                 close_fds=(self._wake_r, self._wake_w))
         return self._executor
+
+    @staticmethod
+    def _own_handle() -> dict[str, Any]:
+        import socket
+
+        from shoal.backends._procfs import start_ticks
+
+        return {"backend": "local", "pid": os.getpid(), "host": socket.gethostname(),
+                "start_ticks": start_ticks(os.getpid())}
 
     def _stop_confirmed(self) -> bool:
         if self._current is None:

@@ -126,11 +126,13 @@ class JobService:
                                    failure_kind=FailureKind.INTERNAL,
                                    reason=f"could not start the supervisor: {e}")
         if info.waiter is not None:
+            # A warm worker records its own handle when it takes the job: one write fewer.
             self._waiters[record.name] = info.waiter
-        self.metadata.set_handle(record.name, info.to_json())
+        else:
+            self.metadata.set_handle(record.name, info.to_json())
         logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
                     extra={"job_id": record.name})
-        return self.metadata.get_job(record.name)
+        return record
 
     def _pool_key(self, record: JobRecord) -> str:
         """Jobs that may share a warm worker: same environment, workdir and stores."""
