@@ -180,14 +180,20 @@ class JobService:
     # --- waiting ----------------------------------------------------------------------
 
     def wait(self, name: str, *, timeout: float | None = None,
-             on_output: Callable[[bytes], None] | None = None) -> JobRecord:
-        """Block until *name* ends; stream its log to *on_output*. TimeoutError on *timeout*."""
+             on_output: Callable[[bytes], None] | None = None,
+             on_status: Callable[[JobRecord], None] | None = None) -> JobRecord:
+        """Block until *name* ends; stream its log to *on_output*, report each new status to
+        *on_status*. TimeoutError on *timeout*."""
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiters.get(name)
         delay, offset = 0.001, 0
         next_log = next_liveness = time.monotonic()
+        last_status = None
         while True:
             record = self.metadata.get_job(name)
+            if on_status is not None and record.status != last_status:
+                last_status = record.status
+                on_status(record)
             now = time.monotonic()
             if on_output is not None and (record.is_terminal or now >= next_log):
                 chunk = self.read_log(name, offset)

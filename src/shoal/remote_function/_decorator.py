@@ -37,8 +37,41 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     spec, files = options.build_job(func, session, call_args=(*args, *kwargs.values()))
     service = session.jobs
     record = service.submit_function(spec, func, args, kwargs, files=files)
-    record = service.wait(record.name, on_output=_stream if stream else None)
+    if stream and sys.stdout.isatty():
+        with _Progress(record.name) as progress:
+            record = service.wait(record.name, on_output=progress.output,
+                                  on_status=progress.status)
+    else:
+        record = service.wait(record.name, on_output=_stream if stream else None)
     return service.outcome(record)
+
+
+class _Progress:
+    """On a terminal: a spinner with the job's phase (queued, environment, running) while the
+    job's own output scrolls above it."""
+
+    def __init__(self, job: str) -> None:
+        from rich.console import Console
+
+        self._console = Console()
+        self._job = job
+        self._status = self._console.status(f"job {job}: submitted")
+
+    def __enter__(self) -> _Progress:
+        self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._status.__exit__(None, None, None)
+
+    def output(self, chunk: bytes) -> None:
+        self._console.out(chunk.decode(errors="replace"), end="", highlight=False)
+
+    def status(self, record: Any) -> None:
+        phase = {"pending": "waiting for a slot", "starting": "preparing the environment",
+                 "running": "running", "stopping": "stopping"}.get(str(record.status),
+                                                                    str(record.status))
+        self._status.update(f"job {self._job}: {phase}")
 
 
 @overload
