@@ -271,8 +271,8 @@ class CondaEnvBuilder:
         import yaml
 
         data = yaml.safe_load(text)  # formatting and comments do not make a new environment
-        request = "\n".join([json.dumps(data, sort_keys=True, default=str), *extra, _tool_name(self.tool),
-                             _abi_tag()])
+        normalised = json.dumps(data, sort_keys=True, default=str)
+        request = "\n".join([normalised, *extra, _tool_name(self.tool), _abi_tag()])
         return "conda-" + hashlib.sha256(request.encode()).hexdigest()[:32]
 
     def ensure(self, text: str, *, base_dir: Path, extra: tuple[str, ...] = (),
