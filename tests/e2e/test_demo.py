@@ -16,7 +16,7 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
     env = {**os.environ, "SHOAL_HOME": str(home)}
     try:
         proc = subprocess.run([sys.executable, "-m", "shoal.cli", "demo"], env=env,
-                              capture_output=True, text=True, timeout=90,
+                              capture_output=True, text=True, timeout=240,
                               stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = proc.stdout
@@ -35,10 +35,17 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
                                  "list", "--json"], capture_output=True, text=True, timeout=60,
                                 check=True)
         records = json.loads(listed.stdout)
-        by_status = sorted(r["status"] for r in records)
-        assert by_status == ["completed"] * 7 + ["failed"]
+        by_status = [r["status"] for r in records]
+        assert by_status.count("failed") == 1  # divide(1, 0)
+        assert all(s in ("completed", "failed") for s in by_status)
         for record in records:
-            assert record["name"] in out
+            if not record["name"].startswith(("which-six-", "featurize-", "ready-", "add-")):
+                assert record["name"] in out
+        # Runtime environments: an isolated env, the shipped workdir, pre-execution, warm pool.
+        assert "six 1.16.0 from" in out and "cache hit" in out
+        assert "result [2, 4, 6]" in out and "scratch.tmp" not in out
+        assert "preparing the job" in out
+        assert "next 20 calls p50" in out
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()

@@ -142,12 +142,15 @@ def _fake_micromamba(tmp_path: Path, *, envs: list[Path]) -> Path:
             echo '{json.dumps({"envs": [str(p) for p in envs]})}'
             exit 0
         fi
-        [ "$1 $2 $3" = "create -y -p" ] && [ "$5" = "-f" ] || {{ echo "unexpected: $*" >&2; exit 2; }}
+        if [ "$1 $2 $3 $5" != "create -y -p -f" ]; then
+            echo "unexpected: $*" >&2; exit 2
+        fi
         prefix=$4 file=$6
         {find_uv()} venv --quiet --python {sys.executable} "$prefix"
         {sys.executable} -c "{pip_section}" "$file" > "$prefix/pip-section.txt"
         if [ -s "$prefix/pip-section.txt" ]; then
-            {find_uv()} pip install --quiet --python "$prefix/bin/python" -r "$prefix/pip-section.txt"
+            {find_uv()} pip install --quiet --python "$prefix/bin/python" \\
+                -r "$prefix/pip-section.txt"
         fi
         cp "$file" "$prefix/{MARKER}"
         """))

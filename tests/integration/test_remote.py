@@ -248,8 +248,8 @@ def test_unknown_and_not_yet_supported_arguments_are_refused(session):
         remote(instance_typ="ml.m5.large")
     with pytest.raises(InvalidArgumentError, match="keep_alive_period_in_seconds"):
         remote(keep_alive_period_in_seconds=7200)
-    with pytest.raises(InvalidArgumentError, match="job_conda_env"):
-        remote(job_conda_env="base")
+    with pytest.raises(InvalidArgumentError, match="spark_config"):
+        remote(spark_config={"k": "v"})
     with pytest.raises(InvalidArgumentError, match="max_runtime_in_seconds"):
         remote(max_runtime_in_seconds=0)
 

@@ -1,4 +1,4 @@
-"""Conda environment files: parsing, the python constraint, and the plan when no conda tool exists."""
+"""Conda environment files: parsing, the python constraint, the plan without a conda tool."""
 
 from __future__ import annotations
 

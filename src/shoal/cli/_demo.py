@@ -88,6 +88,9 @@ def run_demo() -> None:
         _failure(session, divide)
         _config_file(session)
         _get_future(divide_job)
+        from shoal.cli._demo_envs import run_env_demo
+
+        run_env_demo(session, 7)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))

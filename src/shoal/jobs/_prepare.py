@@ -58,12 +58,14 @@ class Preparer:
                                f"the client runs Python {spec.python_version} but the job would "
                                f"run Python {ours}; client and job major.minor must match")
         plan = JobPython(self._python, fork=self._fork)
-        if spec.dependencies:
+        conda_env = spec.extra.get("conda_env")
+        if spec.dependencies or conda_env:
             try:
                 plan = self._build_env(record, sink)
             except ShoalError as e:
+                what = spec.dependencies or f"conda environment {conda_env!r}"
                 raise PrepareError(FailureKind.ENVIRONMENT, f"the environment for "
-                                   f"{spec.dependencies} could not be built: {e}") from e
+                                   f"{what} could not be built: {e}") from e
         sha = spec.extra.get("workdir_sha256")
         if sha:
             plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)

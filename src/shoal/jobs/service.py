@@ -90,7 +90,8 @@ class JobService:
                   if spec.pre_execution_script else None)
         key = new_key()
         # An isolated environment cannot import the caller's own (uninstalled) modules.
-        by_value = _local_modules(func) if spec.dependencies else ()
+        isolated = spec.dependencies or spec.extra.get("conda_env")
+        by_value = _local_modules(func) if isolated else ()
         fn_payload = serialize(func, key, what=f"function {spec.function_name!r}",
                                by_value=by_value)
         arg_payload = serialize((tuple(args), dict(kwargs)), key,
@@ -140,6 +141,7 @@ class JobService:
 
         spec = record.spec
         parts = [spec.python_version, str(spec.extra.get("workdir_sha256", "")),
+                 str(spec.extra.get("conda_env", "")), str(spec.memory_mib),
                  self._env.get("SHOAL_METADATA_URL", ""), self._env.get("SHOAL_ARTIFACT_URL", "")]
         if spec.dependencies:
             parts.append(self.artifacts.get_bytes(

@@ -70,7 +70,6 @@ _INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "s
           "use_spot_instances", "max_wait_time_in_seconds")
 # Features that arrive with later issues: refused clearly rather than ignored.
 _NOT_YET = {
-    "job_conda_env": "#3",
     "spark_config": "a later issue", "use_torchrun": "#4", "use_mpirun": "#4",
     "nproc_per_node": "#4",
 }
@@ -217,6 +216,18 @@ class RemoteOptions:
                                            f"{session.settings.backend} backend; it is kept "
                                            "on the job record")
         extra: dict[str, Any] = {"sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+        conda_env = self.resolve("job_conda_env", defaults)
+        if conda_env not in (None, UNSET, ""):
+            if not isinstance(conda_env, str) or not conda_env.strip():
+                raise InvalidArgumentError("job_conda_env must be the name of a conda "
+                                           "environment", argument="job_conda_env")
+            deps = self.resolve("dependencies", defaults)
+            if isinstance(deps, str) and deps.endswith((".yml", ".yaml")):
+                raise InvalidArgumentError("give job_conda_env or a conda environment file as "
+                                           "dependencies, not both; to add packages to the named "
+                                           "environment give a requirements.txt",
+                                           argument="job_conda_env")
+            extra["conda_env"] = conda_env.strip()
         if gpu_note:
             extra["gpu_fallback"] = gpu_note
         commands, script = self._pre_execution(defaults)
@@ -267,10 +278,6 @@ class RemoteOptions:
                                        argument="dependencies")
         if deps == AUTO_CAPTURE:
             return AUTO_CAPTURE
-        if deps.endswith((".yml", ".yaml")):
-            raise InvalidArgumentError(f"dependencies={deps!r}: conda environment files arrive "
-                                       "with TODO(#3); give a requirements.txt or "
-                                       "'auto_capture'", argument="dependencies")
         path = Path(deps).expanduser().resolve()
         if not path.is_file():
             raise InvalidArgumentError(f"dependencies file {deps} does not exist (looked for "
