@@ -22,6 +22,15 @@ from shoal.envs import UvEnvBuilder, find_uv
 PKGS = ["numpy", "pandas"]
 
 
+
+def _scratch() -> str:
+    """Benchmarks run where a user's SHOAL_HOME lives (under $HOME), not in /tmp, whose
+    directory operations are several times slower on these machines."""
+    path = Path.home() / ".cache" / "shoal-bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
 def timed(fn) -> float:  # type: ignore[no-untyped-def]
     t = time.perf_counter()
     fn()
@@ -71,7 +80,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--skip-pip", action="store_true")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-envs-"))
+    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-envs-", dir=_scratch()))
     try:
         raw_uv(tmp), shoal_cold(tmp)  # fill uv's cache
         if not args.skip_pip:
