@@ -17,11 +17,12 @@ import traceback
 # Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
 from json import dumps as _json_dumps
 from pathlib import Path
+from typing import Any
 
 from shoal.errors import PayloadIntegrityError, PayloadVersionError, SerializationError
 from shoal.serialization import Payload, deserialize, serialize
 
-__all__ = ["main"]
+__all__ = ["EXIT_OK", "EXIT_RAISED", "EXIT_REFUSED", "execute", "main", "run"]
 
 EXIT_OK, EXIT_RAISED, EXIT_REFUSED = 0, 1, 3
 
@@ -39,45 +40,59 @@ def _write(workdir: Path, name: str, payload: Payload) -> None:
         os.replace(tmp, workdir / fname)
 
 
-def _refuse(workdir: Path, kind: str, message: str) -> int:
-    (workdir / "shoal_error.json").write_text(_json_dumps({"kind": kind, "message": message}))
-    sys.stderr.write(f"shoal: {message}\n")
-    return EXIT_REFUSED
+def execute(function: Payload, arguments: Payload, key: str) -> tuple[int, dict[str, Any]]:
+    """Verify, unpickle, call, pickle: the job itself, with no I/O of its own.
 
-
-def run(workdir: Path, key: str) -> int:
+    Returns the exit code and what to hand back: ``{"results": Payload}``, or
+    ``{"exception": Payload, "summary": {...}}``, or ``{"error": {"kind", "message"}}`` for a
+    payload that was refused.
+    """
     try:
-        func = deserialize(_read(workdir, "function"), key, what="function payload")
-        args, kwargs = deserialize(_read(workdir, "arguments"), key, what="arguments payload")
+        func = deserialize(function, key, what="function payload")
+        args, kwargs = deserialize(arguments, key, what="arguments payload")
     except PayloadIntegrityError as e:
-        return _refuse(workdir, "integrity", str(e))
+        return _refused("integrity", str(e))
     except PayloadVersionError as e:
-        return _refuse(workdir, "version", str(e))
+        return _refused("version", str(e))
     except SerializationError as e:
-        return _refuse(workdir, "user_error", str(e))
+        return _refused("user_error", str(e))
     try:
         result = func(*args, **kwargs)
     except BaseException as e:  # the user's exception, SystemExit and KeyboardInterrupt too
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        _write_exception(workdir, e, tb, key)
-        return EXIT_RAISED
+        return EXIT_RAISED, _exception(e, tb, key)
     try:
         payload = serialize(result, key, what=f"result of type {type(result).__qualname__}")
     except SerializationError as e:
         tb = traceback.format_exc()
         sys.stderr.write(f"shoal: {e}\n")
-        _write_exception(workdir, e, tb, key)
-        return EXIT_RAISED
-    _write(workdir, "results", payload)
-    return EXIT_OK
+        return EXIT_RAISED, _exception(e, tb, key)
+    return EXIT_OK, {"results": payload}
 
 
-def _write_exception(workdir: Path, exc: BaseException, tb: str, key: str) -> None:
-    _write(workdir, "exception", _exception_payload(exc, tb, key))
+def _refused(kind: str, message: str) -> tuple[int, dict[str, Any]]:
+    sys.stderr.write(f"shoal: {message}\n")
+    return EXIT_REFUSED, {"error": {"kind": kind, "message": message}}
+
+
+def _exception(exc: BaseException, tb: str, key: str) -> dict[str, Any]:
     summary = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
                "message": str(exc)[:2000]}
-    (workdir / "exception.summary.json").write_text(_json_dumps(summary))
+    return {"exception": _exception_payload(exc, tb, key), "summary": summary}
+
+
+def run(workdir: Path, key: str) -> int:
+    """The file protocol: payloads in WORKDIR, outcome written back there."""
+    code, out = execute(_read(workdir, "function"), _read(workdir, "arguments"), key)
+    if "results" in out:
+        _write(workdir, "results", out["results"])
+    elif "exception" in out:
+        _write(workdir, "exception", out["exception"])
+        (workdir / "exception.summary.json").write_text(_json_dumps(out["summary"]))
+    else:
+        (workdir / "shoal_error.json").write_text(_json_dumps(out["error"]))
+    return code
 
 
 def _exception_payload(exc: BaseException, tb: str, key: str) -> Payload:

@@ -8,8 +8,10 @@ handlers it changed) gets its result recorded as usual, and the executor is disc
 job starts a fresh one. A job that crashes the process takes only that process with it.
 
 Runs inside the job's interpreter: standard library, cloudpickle and shoal's in-job modules only.
-Protocol on the control socket: one JSON line per job ``{"workdir", "env", "pythonpath"}``
-answered by ``{"exit": code, "discard": reason-or-null}`` once its output is flushed.
+Protocol on the control socket, per job: a JSON line ``{"workdir", "env", "pythonpath", "sizes"}``
+followed by the four payload blobs (function and arguments, pickle and metadata); the answer, once
+the job's output is flushed, is ``{"exit", "discard", "kind", "summary", "error", "sizes"}``
+followed by the result's or exception's two blobs. No file is written for the hand-over.
 """
 
 from __future__ import annotations
@@ -82,16 +84,6 @@ def _replace_environ(env: dict[str, str]) -> None:
             os.environ[name] = value
 
 
-def _recv_line(sock: socket.socket) -> bytes:
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            return b""
-        buf += chunk
-    return buf
-
-
 def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoReturn:
     """In a freshly forked child: take jobs from *ctrl* until it closes or a job leaves a mess."""
     code = 0
@@ -113,20 +105,38 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
 
             limit = memory_mib * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        from shoal.jobs._entrypoint import main as entry
+        from shoal.jobs._entrypoint import execute
+        from shoal.serialization import Payload
 
         snapshot = _Snapshot()
-        while line := _recv_line(ctrl):
+        reader = ctrl.makefile("rb")  # buffered: a header and its blobs may arrive together
+        while line := reader.readline():
             request = _json_loads(line)
+            blobs = [reader.read(n) for n in request["sizes"]]
+            if any(len(b) != n for b, n in zip(blobs, request["sizes"], strict=True)):
+                break  # the supervisor went away mid-request
             _replace_environ(request.get("env") or {})
+            # The key reaches the job through its environment; user code never sees it.
+            key = os.environ.pop("SHOAL_JOB_KEY", "")
+            os.chdir(os.environ.get("SHOAL_JOB_CWD") or request["workdir"])
             sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
             try:
-                status = entry([request["workdir"]])
+                status, out = execute(Payload(blobs[0], blobs[1]), Payload(blobs[2], blobs[3]),
+                                      key)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
             reason = snapshot.restore()
-            ctrl.sendall(_json_dumps({"exit": status, "discard": reason}).encode() + b"\n")
+            reply: dict[str, Any] = {"exit": status, "discard": reason, "sizes": []}
+            data = b""
+            for kind in ("results", "exception"):
+                if kind in out:
+                    payload = out[kind]
+                    reply.update(kind=kind, sizes=[len(payload.data), len(payload.metadata)])
+                    data = payload.data + payload.metadata
+            reply["summary"] = out.get("summary")
+            reply["error"] = out.get("error")
+            ctrl.sendall(_json_dumps(reply).encode() + b"\n" + data)
             if reason is not None:
                 break
     except BaseException:  # never return into the code that forked us

@@ -50,7 +50,10 @@ class Preparer:
         self._python = python
         self._fork = fork
 
-    def prepare(self, record: JobRecord, workdir: Path, sink: LogSink) -> JobPython:
+    def prepare(self, record: JobRecord, workdir: Path, sink: LogSink, *,
+                inline_ok: bool = False) -> JobPython:
+        """Build the job's environment; write its payloads into *workdir* unless the job runs
+        on this interpreter and *inline_ok* (a warm executor takes them on its socket)."""
         spec = record.spec
         ours = f"{sys.version_info.major}.{sys.version_info.minor}"
         if spec.python_version and spec.python_version != ours:
@@ -69,7 +72,8 @@ class Preparer:
         sha = spec.extra.get("workdir_sha256")
         if sha:
             plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
-        for kind in ("function", "arguments"):
+        inline = inline_ok and plan.fork and plan.runtime is None
+        for kind in ("function", "arguments") if not inline else ():
             for fname, local in (("payload.pkl", f"{kind}.pkl"), ("metadata.json", f"{kind}.json")):
                 (workdir / local).write_bytes(
                     self._artifacts.get_bytes(job_key(record.name, kind, fname)))

@@ -318,12 +318,15 @@ class WarmExecutor:
     def usable(self, memory_mib: int | None) -> bool:
         return self.alive and memory_mib == self._memory
 
-    def run(self, workdir: Path, env: dict[str, str]) -> ExecutorJob:
+    def run(self, workdir: Path, env: dict[str, str], blobs: list[bytes]) -> ExecutorJob:
+        """Hand over one job: its payloads travel on the socket, not through files."""
         import json
 
         pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        self._ctrl.sendall(json.dumps({"workdir": str(workdir), "env": env,
-                                       "pythonpath": pythonpath}).encode() + b"\n")
+        header = json.dumps({"workdir": str(workdir), "env": env, "pythonpath": pythonpath,
+                             "sizes": [len(b) for b in blobs]}).encode() + b"\n"
+        self._ctrl.setblocking(True)
+        self._ctrl.sendall(header + b"".join(blobs))
         return ExecutorJob(self)
 
     def close(self) -> None:
@@ -346,6 +349,8 @@ class ExecutorJob(JobProcess):
         self.pid, self.out_fd = executor.pid, executor.out_fd
         self._rc: int | None = None
         self._buf = b""
+        #: The executor's answer: exit code, outcome kind, summary, and the result's blobs.
+        self.inline: dict[str, Any] | None = None
 
     def extra_fds(self) -> tuple[int, ...]:
         return (self._ex._ctrl.fileno(),)
@@ -356,21 +361,37 @@ class ExecutorJob(JobProcess):
         sock = self._ex._ctrl
         sock.setblocking(block)
         try:
-            while not self._buf.endswith(b"\n"):
-                chunk = sock.recv(4096)
+            while b"\n" not in self._buf:
+                chunk = sock.recv(65536)
                 if not chunk:  # the executor died with the job (killed, or os._exit)
-                    _, status = os.waitpid(self._ex.pid, 0)
-                    self._rc = os.waitstatus_to_exitcode(status)
-                    self._ex.alive = False
+                    self._died()
                     return
                 self._buf += chunk
         except (BlockingIOError, InterruptedError):
             return
-        reply = json.loads(self._buf)
+        line, rest = self._buf.split(b"\n", 1)
+        reply = json.loads(line)
+        sock.setblocking(True)  # the blobs follow the header at once
+        need = sum(reply.get("sizes") or [])
+        while len(rest) < need:
+            chunk = sock.recv(max(65536, need - len(rest)))
+            if not chunk:
+                self._died()
+                return
+            rest += chunk
+        self.inline = reply
+        sizes = reply.get("sizes") or []
+        if sizes:
+            reply["payload"] = (rest[:sizes[0]], rest[sizes[0]:sizes[0] + sizes[1]])
         self._rc = int(reply["exit"])
         if reply.get("discard"):  # it exits by itself; finish() reaps it after the drain
             sys.stderr.write(f"[shoal] warm executor discarded: {reply['discard']}\n")
             self._ex.alive = False
+
+    def _died(self) -> None:
+        _, status = os.waitpid(self._ex.pid, 0)
+        self._rc = os.waitstatus_to_exitcode(status)
+        self._ex.alive = False
 
     def poll(self) -> int | None:
         if self._rc is None:

@@ -175,7 +175,8 @@ class Supervisor:
         workdir.mkdir(parents=True)
         t0 = time.monotonic()
         try:
-            self._plan = self._preparer.prepare(record, workdir, sink)
+            # A warm executor gets the payloads on its socket: no files to write for it.
+            self._plan = self._preparer.prepare(record, workdir, sink, inline_ok=self._warm)
             env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
             self._preparer.pre_execute(record, self._plan, env, workdir, sink,
                                        lambda: self._stop)
@@ -194,7 +195,7 @@ class Supervisor:
                     "pythonpath": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]})
             elif self._plan.fork and self._warm:
                 # A warm pool runs its jobs in one persistent executor (reset between jobs).
-                proc = self._executor_for(spec).run(workdir, env)
+                proc = self._executor_for(spec).run(workdir, env, self._payload_blobs(name))
             elif self._plan.fork:
                 proc = ForkedProcess.start(workdir, env, spec.memory_mib,
                                            close_fds=(self._wake_r, self._wake_w))
@@ -206,7 +207,8 @@ class Supervisor:
                            retry=True)
         self._svc.transition(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
         rc, stopped, timed_out = self._watch(proc, spec, sink)
-        return self._conclude(record, workdir, rc, stopped, timed_out, sink)
+        return self._conclude(record, workdir, rc, stopped, timed_out, sink,
+                              inline=getattr(proc, "inline", None))
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
@@ -285,6 +287,11 @@ class Supervisor:
                                                 close_fds=(self._wake_r, self._wake_w))
         return self._executor
 
+    def _payload_blobs(self, name: str) -> list[bytes]:
+        arts = self._svc.artifacts
+        return [arts.get_bytes(job_key(name, kind, fname)) for kind in ("function", "arguments")
+                for fname in ("payload.pkl", "metadata.json")]
+
     @staticmethod
     def _own_handle() -> dict[str, Any]:
         import socket
@@ -311,7 +318,7 @@ class Supervisor:
             sink.write(data)
 
     def _conclude(self, record: JobRecord, workdir: Path, rc: int, stopped: bool,
-                  timed_out: bool, sink: LogSink) -> Outcome:
+                  timed_out: bool, sink: LogSink, inline: dict[str, Any] | None = None) -> Outcome:
         name, spec = record.name, record.spec
         if stopped:
             return Outcome(JobStatus.STOPPED, reason="stopped on request", exit_code=rc)
@@ -319,19 +326,18 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
                            f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
                            "the job was killed (SIGKILL)", exit_code=rc)
-        if rc == EXIT_OK and (workdir / "results.json").exists():
-            self._upload(name, workdir, "results")
+        kind, blobs, detail = _collect(workdir, inline)
+        if rc == EXIT_OK and kind == "results" and blobs is not None:
+            self._upload(name, "results", blobs)
             return Outcome(JobStatus.COMPLETED, exit_code=0)
-        if rc == EXIT_RAISED and (workdir / "exception.json").exists():
-            self._upload(name, workdir, "exception")
-            summary = _read_json(workdir / "exception.summary.json")
+        if rc == EXIT_RAISED and kind == "exception" and blobs is not None:
+            self._upload(name, "exception", blobs)
             return Outcome(JobStatus.FAILED, FailureKind.USER_ERROR,
-                           f"{summary.get('type', 'exception')}: {summary.get('message', '')}",
+                           f"{detail.get('type', 'exception')}: {detail.get('message', '')}",
                            exit_code=rc)
-        if rc == EXIT_REFUSED and (workdir / "shoal_error.json").exists():
-            err = _read_json(workdir / "shoal_error.json")
-            kind = FailureKind(err.get("kind", FailureKind.INTERNAL))
-            return Outcome(JobStatus.FAILED, kind, str(err.get("message")), exit_code=rc)
+        if rc == EXIT_REFUSED and kind == "error":
+            failure = FailureKind(detail.get("kind", FailureKind.INTERNAL))
+            return Outcome(JobStatus.FAILED, failure, str(detail.get("message")), exit_code=rc)
         if rc < 0:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
             return Outcome(JobStatus.FAILED, FailureKind.SIGNAL,
@@ -342,12 +348,28 @@ class Supervisor:
                        f"the job process exited with code {rc}; last output:\n"
                        f"{sink.tail(20)}", exit_code=rc)
 
-    def _upload(self, name: str, workdir: Path, kind: str) -> None:
-        arts = self._svc.artifacts
-        arts.put_bytes(job_key(name, kind, "payload.pkl"),
-                       (workdir / f"{kind}.pkl").read_bytes())
-        arts.put_bytes(job_key(name, kind, "metadata.json"),
-                       (workdir / f"{kind}.json").read_bytes())
+    def _upload(self, name: str, kind: str, blobs: tuple[bytes, bytes]) -> None:
+        # The pickle first, its metadata last: a reader that finds the metadata finds both.
+        self._svc.artifacts.put_bytes(job_key(name, kind, "payload.pkl"), blobs[0])
+        self._svc.artifacts.put_bytes(job_key(name, kind, "metadata.json"), blobs[1])
+
+
+def _collect(workdir: Path, inline: dict[str, Any] | None
+             ) -> tuple[str | None, tuple[bytes, bytes] | None, dict[str, Any]]:
+    """What the job handed back: from a warm executor's answer, or from its files."""
+    if inline is not None:
+        kind = inline.get("kind") or ("error" if inline.get("error") else None)
+        detail = inline.get("summary") or inline.get("error") or {}
+        return kind, inline.get("payload"), detail
+    for kind in ("results", "exception"):
+        if (workdir / f"{kind}.json").exists():
+            blobs = ((workdir / f"{kind}.pkl").read_bytes(),
+                     (workdir / f"{kind}.json").read_bytes())
+            detail = _read_json(workdir / "exception.summary.json") if kind == "exception" else {}
+            return kind, blobs, detail
+    if (workdir / "shoal_error.json").exists():
+        return "error", None, _read_json(workdir / "shoal_error.json")
+    return None, None, {}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
