@@ -178,3 +178,30 @@ def test_job_outlives_the_client_that_submitted_it(session, tmp_path):
 def test_bad_max_parallel_jobs(session):
     with pytest.raises(ValueError, match="max_parallel_jobs"):
         RemoteExecutor(max_parallel_jobs=0)
+
+
+def test_map_iterated_after_the_with_block_still_yields_everything(session):
+    with RemoteExecutor(max_parallel_jobs=1) as e:
+        results = e.map(square, range(8))  # the window holds 4; the rest comes later
+    assert list(results) == [i * i for i in range(8)]
+
+
+def test_map_timeout_cancels_the_job_it_waited_for(session, tmp_path):
+    gate = tmp_path / "gate"
+
+    def slow(x):
+        import time
+
+        while not gate.exists():
+            time.sleep(0.05)
+        return x
+
+    with RemoteExecutor(max_parallel_jobs=1) as e:
+        it = e.map(slow, [1], timeout=0.5)
+        with pytest.raises(cf.TimeoutError):
+            next(it)
+        wait_until(lambda: session.metadata.list_jobs(JobQuery(name_prefix="slow-")), timeout=30)
+        [record] = session.metadata.list_jobs(JobQuery(name_prefix="slow-"))
+        wait_until(lambda: session.jobs.get(record.name).is_terminal, timeout=30)
+        assert session.jobs.get(record.name).status == JobStatus.STOPPED
+        gate.write_text("open")

@@ -312,3 +312,20 @@ def test_secret_environment_values_are_masked_in_the_job_log(session, capsys):
     assert "tok-12345-secret" not in log and "token is ****" in log
     assert "visible-value" in log
     assert "tok-12345-secret" not in capsys.readouterr().out
+
+
+def test_a_job_that_closes_its_output_still_obeys_max_runtime(session, tmp_path):
+    never = tmp_path / "never"
+
+    @remote(max_runtime_in_seconds=2)
+    def silent_forever():
+        import os
+        import time
+
+        os.close(1)
+        os.close(2)
+        while not never.exists():
+            time.sleep(0.05)
+
+    with pytest.raises(JobTimeoutError):
+        silent_forever()

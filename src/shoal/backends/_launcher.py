@@ -87,9 +87,12 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
             except TimeoutError:
                 return 0
             with conn:
-                conn.settimeout(10)
-                reply = _handle(conn, server)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
+                try:
+                    conn.settimeout(10)
+                    reply = _handle(conn, server)
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:  # a stalled or vanished client must not take the server down
+                    traceback.print_exc()
     finally:
         try:
             if os.path.exists(sock_path):

@@ -14,13 +14,13 @@ import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from shoal.backends._procfs import start_ticks
+from shoal.backends._rundir import private_socket_dir
 
 __all__ = ["WarmClaim", "WarmEndpoint", "claim_worker", "pool_dir"]
 
@@ -30,7 +30,7 @@ def pool_dir(run_dir: Path, pool: str) -> Path:
     path = Path(run_dir) / "warm" / pool[:16]
     if len(str(path)) > 80:
         digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
-        path = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}" / "warm" / digest
+        path = private_socket_dir() / "warm" / digest
     return path
 
 

@@ -15,13 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from shoal.backends._procfs import process_state, start_ticks
+from shoal.backends._rundir import private_socket_dir
 from shoal.backends._warm import WarmEndpoint, claim_worker, pool_dir
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.errors import LaunchError
@@ -91,9 +91,7 @@ class LocalBackend:
         path = str(self._run_dir / f"launcher-{self._fingerprint}.sock")
         if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
             digest = hashlib.sha256(path.encode()).hexdigest()[:20]
-            base = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}"
-            base.mkdir(mode=0o700, exist_ok=True)
-            path = str(base / f"{digest}.sock")
+            path = str(private_socket_dir() / f"{digest}.sock")
         return path
 
     def _request(self, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,11 @@ its output goes to the job's log, and a failure has its own reason (``environmen
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -150,7 +153,7 @@ class Preparer:
             script = workdir / "pre_exec.sh"
             script.write_bytes(self._artifacts.get_bytes(
                 job_key(record.name, "env", "pre_exec.sh")))
-            commands.append(f"bash {script}")
+            commands.append(f"bash {shlex.quote(str(script))}")
         if not commands:
             return
         env = dict(env)
@@ -185,7 +188,8 @@ def _run_streaming(argv: list[str], *, env: dict[str, str], cwd: Path, sink: Log
         sink.write(raw)
         lines = [*lines[-19:], raw.decode(errors="replace").rstrip()]
         if should_stop():
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the shell and what it started
             break
     proc.stdout.close()
     return proc.wait(), "\n".join(lines)

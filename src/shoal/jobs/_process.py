@@ -225,14 +225,14 @@ def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
     import fcntl
     import hashlib
     import socket
-    import tempfile
     import time
 
     digest = hashlib.sha256(f"{python}|{'|'.join(pythonpath)}".encode()).hexdigest()[:16]
     path = str(run_dir / f"z-{digest}.sock")
     if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
-        base = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}"
-        base.mkdir(mode=0o700, exist_ok=True)
+        from shoal.backends._rundir import private_socket_dir
+
+        base = private_socket_dir()
         path = str(base / f"z-{hashlib.sha256(path.encode()).hexdigest()[:16]}.sock")
 
     def answers() -> bool:

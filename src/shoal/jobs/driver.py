@@ -110,6 +110,8 @@ class Supervisor:
         if record.status != JobStatus.PENDING:
             logger.warning("job %s is %s; nothing to supervise", name, record.status)
             return 0
+        if self._warm:  # a warm worker was handed this job: say who supervises it, now
+            self._svc.metadata.set_handle(name, self._own_handle())
         if self._slots.acquire(lambda: self._stop) is None:
             self._finish(name, Outcome(JobStatus.STOPPED, reason="stopped while queued"))
             return 0
@@ -138,10 +140,13 @@ class Supervisor:
                     sink.write(f"[shoal] attempt {attempt} of {attempts}\n".encode())
                 outcome = self._attempt(record, attempt, sink)
                 if outcome.retry and attempt < attempts and not self._stop:
-                    self._svc.transition(record.name, JobStatus.PENDING,
-                                         reason=f"attempt {attempt} failed: {outcome.reason}; "
-                                                "retrying")
-                    continue
+                    try:
+                        self._svc.transition(record.name, JobStatus.PENDING,
+                                             reason=f"attempt {attempt} failed: "
+                                                    f"{outcome.reason}; retrying")
+                        continue
+                    except InvalidTransitionError:  # a stop was asked for meanwhile
+                        outcome = Outcome(JobStatus.STOPPED, reason="stopped on request")
                 sink.close()
                 self._finish(record.name, outcome)
                 return
@@ -160,15 +165,22 @@ class Supervisor:
         if current == JobStatus.STOPPING and status == JobStatus.FAILED \
                 and outcome.kind == FailureKind.SIGNAL:
             status = JobStatus.STOPPED
-        if current == JobStatus.PENDING and status == JobStatus.STOPPED:
+        if current.is_terminal:
+            logger.warning("job %s already ended %s; not recording %s", name, current, status)
+            return
+        if status == JobStatus.STOPPED and current != JobStatus.STOPPING:
+            # A stop that came from a signal rather than a request: record the way down.
             self._svc.transition(name, JobStatus.STOPPING, reason=outcome.reason)
         self._svc.transition(name, status, reason=outcome.reason, failure_kind=outcome.kind,
                              exit_code=outcome.exit_code)
 
     def _attempt(self, record: JobRecord, attempt: int, sink: LogSink) -> Outcome:
         name, spec = record.name, record.spec
-        self._svc.transition(name, JobStatus.STARTING, attempt=attempt,
-                             handle=self._own_handle() if self._warm else None)
+        try:  # only a pending job starts: a stop asked for while it queued wins
+            self._svc.transition(name, JobStatus.STARTING, expected=JobStatus.PENDING,
+                                 attempt=attempt)
+        except InvalidTransitionError:
+            return Outcome(JobStatus.STOPPED, reason="stopped before it started")
         workdir = self._work_root / f"{name}.{attempt}"
         if attempt > 1 or workdir.exists():
             shutil.rmtree(workdir, ignore_errors=True)
@@ -243,8 +255,8 @@ class Supervisor:
             sel.register(fd, selectors.EVENT_READ, "extra")
         deadline = time.monotonic() + spec.max_runtime_in_seconds
         kill_at: float | None = None
-        stopped = timed_out = eof = False
-        while not eof:
+        stopped = timed_out = eof = done = False
+        while not done:
             now = time.monotonic()
             if self._stop and self._warm and not self._stop_confirmed():
                 self._stop = False
@@ -258,7 +270,9 @@ class Supervisor:
             if kill_at is not None and now >= kill_at:
                 killpg(proc.pid, signal.SIGKILL)
                 kill_at = None
-            waits = [deadline - now, sink.next_flush(now) - now, 1.0]
+            # After EOF the process may live on (it closed its stdout): poll it briefly, so
+            # the deadline and stop requests still apply.
+            waits = [deadline - now, sink.next_flush(now) - now, 0.01 if eof else 1.0]
             if kill_at is not None:
                 waits.append(kill_at - now)
             for key, _ in sel.select(max(0.0, min(waits))):
@@ -268,12 +282,14 @@ class Supervisor:
                     continue
                 if key.data == "extra":
                     continue  # proc.poll() below reads it
-                eof = self._drain(out_fd, sink)
+                if self._drain(out_fd, sink):
+                    eof = True
+                    sel.unregister(out_fd)
             sink.maybe_flush(time.monotonic())
-            if not eof and proc.poll() is not None:
-                # The child is gone; a grandchild may still hold the pipe. Take what is there.
-                self._drain(out_fd, sink)
-                eof = True
+            if proc.poll() is not None:
+                if not eof:  # a grandchild may still hold the pipe: take what is there
+                    self._drain(out_fd, sink)
+                done = True
         sel.close()
         rc = proc.wait()
         proc.finish()  # kill leftovers of the job's process group, close the pipe

@@ -186,6 +186,16 @@ class JobService:
              on_status: Callable[[JobRecord], None] | None = None) -> JobRecord:
         """Block until *name* ends; stream its log to *on_output*, report each new status to
         *on_status*. TimeoutError on *timeout*."""
+        try:
+            return self._wait(name, timeout, on_output, on_status)
+        finally:
+            record_done = name not in self._waiters
+            if not record_done and self._waiters[name].done:
+                self._waiters.pop(name).close()
+
+    def _wait(self, name: str, timeout: float | None,
+              on_output: Callable[[bytes], None] | None,
+              on_status: Callable[[JobRecord], None] | None) -> JobRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiters.get(name)
         delay, offset = 0.001, 0

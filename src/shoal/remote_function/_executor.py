@@ -53,7 +53,7 @@ class RemoteFuture(Future):  # type: ignore[type-arg]
         if not running:
             return super().cancel()
         # A running job: ask it to stop, then settle the future as cancelled now.
-        self._job_ready.wait(30)
+        self._job_ready.wait()  # set as soon as the job is recorded (or failed to be)
         if self._service is not None and self._job_name is not None:
             self._service.cancel(self._job_name)
         with self._condition:
@@ -110,8 +110,14 @@ class RemoteExecutor(Executor):
         return self._options.sagemaker_session or current()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> RemoteFuture:
+        return self._submit(fn, args, kwargs)
+
+    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                *, after_shutdown: bool = False) -> RemoteFuture:
+        # A map() iterator opened before shutdown() may still refill its window: like the
+        # standard library's map, which submits everything up front, its inputs are owed.
         with self._lock:
-            if self._shutdown:
+            if self._shutdown and not after_shutdown:
                 raise RuntimeError("cannot submit to a RemoteExecutor after shutdown()")
             future = RemoteFuture()
             # Build the spec now: bad options or config fail at submit(), not in a thread.
@@ -120,12 +126,20 @@ class RemoteExecutor(Executor):
                                                   call_args=(*args, *kwargs.values()))
             self._pending.append(future)
             self._queue.put((future, session, (spec, files), fn, args, kwargs))
-            if len(self._workers) < self._max:
-                t = threading.Thread(target=self._work, name=f"shoal-executor-{len(self._workers)}",
-                                     daemon=True)
-                self._workers.append(t)
-                t.start()
+            if self._shutdown:
+                # The workers were told to stop: this late item brings its own, which stops
+                # after it (FIFO: the item is taken before the stop that follows it).
+                self._queue.put(_STOP)
+                self._spawn_worker()
+            elif len(self._workers) < self._max:
+                self._spawn_worker()
         return future
+
+    def _spawn_worker(self) -> None:
+        t = threading.Thread(target=self._work, name=f"shoal-executor-{len(self._workers)}",
+                             daemon=True)
+        self._workers.append(t)
+        t.start()
 
     def _work(self) -> None:
         while True:
@@ -147,9 +161,10 @@ class RemoteExecutor(Executor):
         spec, files = job
         try:
             record = service.submit_function(spec, fn, args, kwargs, files=files)
-        finally:
+        except BaseException:
             future._job_ready.set()
-        future._bind(service, record.name)
+            raise
+        future._bind(service, record.name)  # sets _job_ready once the name is known
         record = service.wait(record.name)
         return service.outcome(record)
 
@@ -170,9 +185,13 @@ class RemoteExecutor(Executor):
                     left = None if end is None else end - time.monotonic()
                     if left is not None and left <= 0:
                         raise FuturesTimeout(f"map() timed out after {timeout} s")
-                    value = future.result(left)
+                    try:
+                        value = future.result(left)
+                    except BaseException:
+                        future.cancel()  # as the standard library does: no orphaned job
+                        raise
                     for args in itertools.islice(args_iter, 1):
-                        window.append(self.submit(fn, *args))
+                        window.append(self._submit(fn, args, {}, after_shutdown=True))
                     yield value
             finally:
                 for f in window:

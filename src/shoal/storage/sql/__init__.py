@@ -71,7 +71,10 @@ def _make_engine(url: str) -> Engine:
         db = parsed.database
         if db and db != ":memory:":
             Path(db).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+        # Each thread keeps one connection (see _Dbapi); no overflow limit, so an executor with
+        # many threads never waits on the pool.
+        engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
+                                  pool_size=5, max_overflow=-1)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -92,7 +95,7 @@ def _make_engine(url: str) -> Engine:
         return engine
     if parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=-1)
 
 
 def upgrade_schema(url: str) -> str:
@@ -254,8 +257,8 @@ class SqlMetadataStore:
                 raise InvalidTransitionError(
                     f"job {name!r} is {current}, not {expected}; it cannot move to {status}",
                     job=name, current=str(current), new=str(status))
-            if current != status:
-                check_transition(name, current, status)
+            if current != status or current.is_terminal:
+                check_transition(name, current, status)  # an ended job never changes again
             values: dict[str, Any] = {"status": status.value, "updated_at": now}
             if status == JobStatus.RUNNING and row[_COL["started_at"]] is None:
                 values["started_at"] = now
@@ -354,7 +357,7 @@ class _Dbapi:
         try:
             conn = self._conn()
             cur = conn.cursor()
-        except self._error as e:
+        except (SQLAlchemyError, self._error) as e:  # type: ignore[misc]
             raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
                                      url=self._shown) from e
         try:
