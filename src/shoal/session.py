@@ -232,7 +232,7 @@ def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float)
     """Stay alive for *keep_alive* seconds after each job and take the next one handed over."""
     endpoint = session.backend.warm_endpoint(pool)
     try:
-        while (request := endpoint.next_job(keep_alive)) is not None:
+        while (request := endpoint.next_job(keep_alive, supervisor.stop_requested)) is not None:
             job, env = request
             os.environ.clear()
             os.environ.update(env)  # each job runs with its own client's environment

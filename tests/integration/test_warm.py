@@ -132,3 +132,15 @@ def test_a_killed_warm_worker_fails_its_job_and_the_next_call_starts_a_new_one(s
         with pytest.raises(JobFailedError, match="supervisor"):
             future.result(timeout=30)
         assert e.submit(pow, 2, 3).result(timeout=60) == 8
+
+
+def test_sigterm_retires_an_idle_warm_worker(session):
+    @remote(keep_alive_period_in_seconds=300)
+    def quick():
+        return 1
+
+    quick()
+    [record] = session.metadata.list_jobs(JobQuery())
+    os.kill(record.handle["pid"], signal.SIGTERM)
+    wait_until(lambda: session.backend.is_alive(record.handle) is False, timeout=30)
+    assert quick() == 1  # the next call starts a new worker

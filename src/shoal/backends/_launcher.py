@@ -69,6 +69,7 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
         else:
             importlib.import_module(item)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    signal.signal(signal.SIGTERM, _exit_on_term)  # run the clean-up below on the way out
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(sock_path):
         os.unlink(sock_path)
@@ -125,6 +126,10 @@ def _handle(conn: socket.socket, server: socket.socket) -> dict[str, Any]:
         conn.close()
         _child(request, request.get("log_path"))
     return {"pid": pid, "start_ticks": start_ticks(pid)}
+
+
+def _exit_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def _detach() -> None:

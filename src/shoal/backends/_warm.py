@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -141,19 +141,23 @@ class WarmEndpoint:
         (self._dir / f"{self._pid}.claim").touch()  # visible only once it listens
         return self
 
-    def next_job(self, keep_alive: float) -> tuple[str, dict[str, str]] | None:
-        """Block until a client hands over a job; None once idle for *keep_alive* seconds."""
+    def next_job(self, keep_alive: float, should_stop: Callable[[], bool] = lambda: False
+                 ) -> tuple[str, dict[str, str]] | None:
+        """Block until a client hands over a job; None once idle for *keep_alive* seconds, or
+        when *should_stop* says so (a SIGTERM while idle retires the worker)."""
         if self._server is None:
             raise RuntimeError("endpoint is not open")
         deadline = time.monotonic() + keep_alive
         while True:
             left = deadline - time.monotonic()
+            if should_stop():
+                left = 0.0
             if left <= 0:
                 if self._retire():
                     return None
                 left = 1.0  # a client holds our claim and is about to connect
                 deadline = time.monotonic() + left
-            self._server.settimeout(left)
+            self._server.settimeout(min(left, 0.5))
             try:
                 conn, _ = self._server.accept()
             except TimeoutError:

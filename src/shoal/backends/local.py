@@ -59,16 +59,17 @@ class LocalBackend:
     # --- launching --------------------------------------------------------------------
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
-        if ctx.pool:
-            claim = claim_worker(pool_dir(self._run_dir, ctx.pool), ctx.job, ctx.env)
+        pool = self._pool(ctx.pool) if ctx.pool else None
+        if pool:
+            claim = claim_worker(pool_dir(self._run_dir, pool), ctx.job, ctx.env)
             if claim is not None:
                 return LaunchInfo("local", claim.pid, socket.gethostname(),
                                   start_ticks(claim.pid), waiter=claim)
         log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = dict(ctx.env)
-        if ctx.pool:  # the supervisor stays to serve the pool after this job
-            env["SHOAL_WARM_POOL_DIR"] = str(pool_dir(self._run_dir, ctx.pool))
+        if pool:  # the supervisor stays to serve the pool after this job
+            env["SHOAL_WARM_POOL_DIR"] = str(pool_dir(self._run_dir, pool))
             env["SHOAL_KEEP_ALIVE_SECONDS"] = str(ctx.keep_alive_seconds)
         if self._mode == "spawn":
             return self._spawn(ctx, env, log_path)
@@ -84,6 +85,12 @@ class LocalBackend:
             [sys.executable, "-m", "shoal.backends._launcher", "run", ctx.entrypoint, *ctx.args],
             log_path, env=env, cwd=ctx.cwd, what=f"the supervisor of job {ctx.job!r}")
         return LaunchInfo("local", pid, socket.gethostname(), start_ticks(pid))
+
+    def _pool(self, key: str) -> str:
+        """A pool is also keyed by shoal's code: a worker never runs jobs of another version."""
+        if self._fingerprint is None:
+            self._fingerprint = _code_fingerprint()
+        return hashlib.sha256(f"{key}|{self._fingerprint}".encode()).hexdigest()
 
     def _socket_path(self) -> str:
         if self._fingerprint is None:
@@ -142,7 +149,10 @@ class LocalBackend:
             os.kill(pid, signal.SIGTERM)
         for pid_file in self._run_dir.glob("z-*.pid"):
             with contextlib.suppress(OSError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                pid = int(pid_file.read_text())
+                # Only a zygote: the pid may have been reused since that zygote idled out.
+                if b"shoal.jobs._zygote" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGTERM)
             pid_file.unlink(missing_ok=True)
 
     # --- observing and stopping -------------------------------------------------------

@@ -73,6 +73,7 @@ class _Zygote:
         self._idle = idle
         self._jobs: dict[int, socket.socket] = {}  # child pid -> its supervisor's connection
         self._sel = selectors.DefaultSelector()
+        self._own_fds: list[int] = []
 
     def serve(self) -> int:
         from shoal.serialization import warm_up
@@ -83,6 +84,7 @@ class _Zygote:
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, _exit_on_term)  # so the socket is removed on the way out
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
         try:
@@ -92,6 +94,7 @@ class _Zygote:
         os.rename(self._path + ".tmp", self._path)
         server.listen(64)
         self._sel.register(server, selectors.EVENT_READ, "accept")
+        self._own_fds = [server.fileno(), wake_r, wake_w]
         self._sel.register(wake_r, selectors.EVENT_READ, "child")
         gc.freeze()
         try:
@@ -134,6 +137,14 @@ class _Zygote:
             try:
                 conn.close()
                 os.close(r)
+                # Nothing of the zygote's stays open in the job: not its listening socket, not
+                # other jobs' connections (their supervisors must see EOF if the zygote dies).
+                self._sel.close()
+                for other in self._jobs.values():
+                    other.close()
+                for fd in self._own_fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 code = _child(request, w)
             except BaseException:
                 traceback.print_exc()
@@ -182,6 +193,10 @@ class _Zygote:
                     code = os.waitstatus_to_exitcode(status)
                     conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
                 conn.close()
+
+
+def _exit_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def main(argv: list[str] | None = None) -> int:

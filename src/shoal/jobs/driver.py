@@ -67,6 +67,7 @@ class Supervisor:
         self._cores = cpu_count or os.cpu_count() or 1
         self._stop = False
         self._current: str | None = None
+        self._retire_after = False
         # A warm worker serves many jobs: a SIGTERM stops the current one only if its record
         # says a stop was asked for (a late signal must not hit the next job).
         self._warm = warm
@@ -117,6 +118,8 @@ class Supervisor:
             return 0
         try:
             self._attempts(record)
+            if self._warm:
+                self._stop = False  # that signal stopped this job; the worker serves on
         except Exception as e:  # a store failure or a shoal bug: never leave the job running
             logger.exception("supervisor of job %s failed", name)
             with contextlib.suppress(Exception):
@@ -259,7 +262,9 @@ class Supervisor:
         while not done:
             now = time.monotonic()
             if self._stop and self._warm and not self._stop_confirmed():
+                # A SIGTERM nobody asked for through the job: finish this job, then retire.
                 self._stop = False
+                self._retire_after = True
             if self._stop and not stopped and not timed_out:
                 stopped = True
                 killpg(proc.pid, signal.SIGTERM)
@@ -307,6 +312,10 @@ class Supervisor:
         arts = self._svc.artifacts
         return [arts.get_bytes(job_key(name, kind, fname)) for kind in ("function", "arguments")
                 for fname in ("payload.pkl", "metadata.json")]
+
+    def stop_requested(self) -> bool:
+        """A SIGTERM arrived that did not stop a job: a warm worker then retires."""
+        return self._stop or self._retire_after
 
     @staticmethod
     def _own_handle() -> dict[str, Any]:
