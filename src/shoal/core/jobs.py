@@ -113,9 +113,13 @@ class JobSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # Not dataclasses.asdict: its deep copy cost ~0.5 ms a job on the hot path.
+        data = {name: getattr(self, name) for name in _SPEC_FIELDS}
         data["tags"] = [list(t) for t in self.tags]
         data["environment_variables"] = dict(self.environment_variables)
+        data["pre_execution_commands"] = list(self.pre_execution_commands)
+        data["inert_settings"] = dict(self.inert_settings)
+        data["extra"] = dict(self.extra)
         return data
 
     @classmethod
@@ -127,6 +131,9 @@ class JobSpec:
         kwargs["tags"] = tuple((str(k), str(v)) for k, v in kwargs.get("tags", ()))
         kwargs["pre_execution_commands"] = tuple(kwargs.get("pre_execution_commands", ()))
         return cls(**kwargs)
+
+
+_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec))
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,9 @@ class JobService:
               on_status: Callable[[JobRecord], None] | None) -> JobRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiters.get(name)
+        if waiter is not None and on_output is None and on_status is None:
+            # A warm worker says when the job has ended: block on that, then read the record.
+            waiter.wait(timeout if timeout is not None else 3600.0)
         delay, offset = 0.001, 0
         next_log = next_liveness = time.monotonic()
         last_status = None

@@ -215,7 +215,7 @@ class RemoteOptions:
                 session.report_inert(name, f"{name}={value!r} has no effect on the "
                                            f"{session.settings.backend} backend; it is kept "
                                            "on the job record")
-        extra: dict[str, Any] = {"sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+        extra: dict[str, Any] = {"sys_path": _import_path()}
         conda_env = self.resolve("job_conda_env", defaults)
         if conda_env not in (None, UNSET, ""):
             if not isinstance(conda_env, str) or not conda_env.strip():
@@ -329,6 +329,18 @@ def _normalise_tags(tags: Any) -> list[tuple[str, str]]:
         else:
             raise InvalidArgumentError(f'tag {t!r} must be {{"Key": ..., "Value": ...}}')
     return out
+
+
+_IMPORT_PATH: tuple[tuple[str, ...], list[str]] = ((), [])
+
+
+def _import_path() -> list[str]:
+    """The caller's sys.path directories (checked once per change of sys.path, not per job)."""
+    global _IMPORT_PATH
+    key = tuple(sys.path)
+    if _IMPORT_PATH[0] != key:
+        _IMPORT_PATH = (key, [p for p in key if p and os.path.isdir(p)])
+    return list(_IMPORT_PATH[1])
 
 
 def _visible_gpus() -> int:

@@ -6,6 +6,8 @@ single PUT visible whole. Readers never see half an artifact.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import uuid
 from collections.abc import Mapping
@@ -14,6 +16,9 @@ from typing import Any
 from shoal.errors import ArtifactNotFound, ArtifactStoreError
 
 __all__ = ["FsspecArtifactStore", "job_key"]
+
+
+_TMP_IDS = itertools.count()
 
 
 def job_key(job: str, *parts: str) -> str:
@@ -29,6 +34,7 @@ class FsspecArtifactStore:
         self._root_path = root_path.rstrip("/")
         self._root_url = root_url.rstrip("/")
         self._local = "file" in _protocols(fs)
+        self._made: set[str] = set()  # directories known to exist (saves a stat per write)
 
     @classmethod
     def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> FsspecArtifactStore:
@@ -63,15 +69,26 @@ class FsspecArtifactStore:
         path = self._path(key)
         try:
             if self._local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+                parent = os.path.dirname(path)
+                if parent not in self._made:
+                    os.makedirs(parent, exist_ok=True)
+                    if len(self._made) > 4096:
+                        self._made.clear()
+                    self._made.add(parent)
+                tmp = f"{path}.tmp-{os.getpid()}-{next(_TMP_IDS)}-{uuid.uuid4().hex[:8]}"
                 try:
-                    with open(tmp, "wb") as f:
+                    try:
+                        f = open(tmp, "wb")  # noqa: SIM115 - closed just below
+                    except FileNotFoundError:  # the directory was removed since we made it
+                        os.makedirs(parent, exist_ok=True)
+                        f = open(tmp, "wb")  # noqa: SIM115
+                    with f:
                         f.write(data)
                     os.replace(tmp, path)
-                finally:
-                    if os.path.exists(tmp):
+                except BaseException:
+                    with contextlib.suppress(OSError):
                         os.unlink(tmp)
+                    raise
             else:
                 self._fs.pipe_file(path, data)
         except OSError as e:
