@@ -159,7 +159,7 @@ class Supervisor:
     def _finish(self, name: str, outcome: Outcome) -> None:
         if outcome.status == JobStatus.COMPLETED:  # the common case: no read first
             try:
-                self._svc.transition(name, JobStatus.COMPLETED, exit_code=outcome.exit_code)
+                self._svc.advance(name, JobStatus.COMPLETED, exit_code=outcome.exit_code)
                 return
             except InvalidTransitionError:
                 pass  # a stop was asked for meanwhile; settle it below
@@ -180,7 +180,7 @@ class Supervisor:
     def _attempt(self, record: JobRecord, attempt: int, sink: LogSink) -> Outcome:
         name, spec = record.name, record.spec
         try:  # only a pending job starts: a stop asked for while it queued wins
-            self._svc.transition(name, JobStatus.STARTING, expected=JobStatus.PENDING,
+            self._svc.advance(name, JobStatus.STARTING, expected=JobStatus.PENDING,
                                  attempt=attempt)
         except InvalidTransitionError:
             return Outcome(JobStatus.STOPPED, reason="stopped before it started")
@@ -220,7 +220,7 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
                            f"cannot start the job process ({self._plan.python}): {e}",
                            retry=True)
-        self._svc.transition(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
+        self._svc.advance(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
         rc, stopped, timed_out = self._watch(proc, spec, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink,
                               inline=getattr(proc, "inline", None))

@@ -17,10 +17,8 @@ class LogSink:
         self._key = key
         local = artifacts.local_path(key) if hasattr(artifacts, "local_path") else None
         self._direct = local is not None
-        path = Path(local) if local is not None else spool
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._path = path
-        self._f = open(path, "ab")  # noqa: SIM115 - lives as long as the job
+        self._path = Path(local) if local is not None else spool
+        self._f_obj: Any = None  # opened at the first write: a silent job writes no file
         self._interval = interval
         self._dirty = False
         self._last_flush = 0.0
@@ -32,9 +30,17 @@ class LogSink:
         for secret in self._redact:
             if secret in data:
                 data = data.replace(secret, b"****")
-        self._f.write(data)
-        self._f.flush()
+        f = self._f
+        f.write(data)
+        f.flush()
         self._dirty = True
+
+    @property
+    def _f(self) -> Any:
+        if self._f_obj is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._f_obj = open(self._path, "ab")  # noqa: SIM115 - lives as long as the job
+        return self._f_obj
 
     def next_flush(self, now: float) -> float:
         if self._direct or not self._dirty:
@@ -46,13 +52,15 @@ class LogSink:
             self._upload(now)
 
     def _upload(self, now: float) -> None:
-        self._f.flush()
+        self._f.flush()  # only called once something was written
         self._artifacts.put_bytes(self._key, self._path.read_bytes())
         self._dirty = False
         self._last_flush = now
 
     def tail(self, lines: int) -> str:
-        self._f.flush()
+        if self._f_obj is None:
+            return ""
+        self._f_obj.flush()
         with open(self._path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
@@ -65,5 +73,6 @@ class LogSink:
             return
         if not self._direct and self._dirty:
             self._upload(0.0)
-        self._f.close()
+        if self._f_obj is not None:
+            self._f_obj.close()
         self._closed = True

@@ -159,6 +159,11 @@ class JobService:
 
     # --- state ------------------------------------------------------------------------
 
+    def advance(self, name: str, status: JobStatus, **fields: Any) -> None:
+        """transition() without reading the record back (the supervisor's hot path)."""
+        self.metadata.update_job(name, status=status, want_record=False, **fields)
+        logger.info("job %s is %s", name, status, extra={"job_id": name})
+
     def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
         record = self.metadata.update_job(name, status=status, **fields)
         if status == JobStatus.FAILED:

@@ -243,8 +243,10 @@ class SqlMetadataStore:
         reason: str | None = None, failure_kind: FailureKind | None = None,
         exit_code: int | None = None, attempt: int | None = None,
         handle: Mapping[str, Any] | None = None, env_setup_seconds: float | None = None,
-    ) -> JobRecord:
-        """Move *name* to *status* atomically, checking the allowed transitions."""
+        want_record: bool = True,
+    ) -> JobRecord | None:
+        """Move *name* to *status* atomically, checking the allowed transitions; return the
+        updated record (None with ``want_record=False``, which saves a read on hot paths)."""
         now = _ts(self._clock.now())
         with self._db.tx(write=True) as cur:
             lock = " FOR UPDATE" if self._db.postgres else ""
@@ -277,6 +279,8 @@ class SqlMetadataStore:
                         (*values.values(), name))
             if current != status:
                 cur.execute(self._db.sql(_INSERT_EVENT), (name, status.value, now, reason))
+            if not want_record:
+                return None
             merged = list(row)
             for key, value in values.items():
                 merged[_COL[key]] = value
