@@ -289,7 +289,7 @@ def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
 # Besides config.py, only code that builds a child process's environment, or is the entry
 # point of one (the supervisor in session.py, the job's own process), touches os.environ.
 ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jobs/_process.py",
-                       "jobs/_zygote.py", "jobs/_executor.py", "session.py", "envs/_uv.py",
+                       "jobs/_zygote.py", "jobs/_executor.py", "jobs/_child.py", "session.py", "envs/_uv.py",
                        "envs/_conda.py",
                        "backends/")
 _ENV_USE = re.compile(r"\bos\.(environ|getenv)\b|\bfrom\s+os\s+import\b[^\n]*\b(environ|getenv)\b")

@@ -21,6 +21,7 @@ RUNTIME_MODULES = (
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",
+    "jobs/_child.py",
     "jobs/_zygote.py",
     "jobs/_executor.py",
 )

@@ -17,7 +17,6 @@ followed by the result's or exception's two blobs. No file is written for the ha
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import socket
@@ -27,6 +26,8 @@ import types
 from json import dumps as _json_dumps  # bound now: a job may monkeypatch json
 from json import loads as _json_loads
 from typing import Any, NoReturn
+
+from shoal.jobs._child import become_job_process, limit_memory, replace_environ
 
 __all__ = ["serve"]
 
@@ -62,7 +63,7 @@ class _Snapshot:
     def restore(self) -> str | None:
         """Undo what can be undone; return why the process must be discarded, or None."""
         os.chdir(self.cwd)
-        _replace_environ(self.environ)
+        replace_environ(self.environ)
         sys.path[:] = self.path
         sys.argv[:] = self.argv
         for name in set(sys.modules) - self.modules:
@@ -76,35 +77,12 @@ class _Snapshot:
         return None
 
 
-def _replace_environ(env: dict[str, str]) -> None:
-    for name in [k for k in os.environ if k not in env]:
-        del os.environ[name]
-    for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
-
-
 def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoReturn:
     """In a freshly forked child: take jobs from *ctrl* until it closes or a job leaves a mess."""
     code = 0
     try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-        os.close(devnull)
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-        if memory_mib:
-            import resource
-
-            limit = memory_mib * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        become_job_process(out)
+        limit_memory(memory_mib)
         from shoal.jobs._entrypoint import execute
         from shoal.serialization import Payload
 
@@ -115,7 +93,7 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
             blobs = [reader.read(n) for n in request["sizes"]]
             if any(len(b) != n for b, n in zip(blobs, request["sizes"], strict=True)):
                 break  # the supervisor went away mid-request
-            _replace_environ(request.get("env") or {})
+            replace_environ(request.get("env") or {})
             # The key reaches the job through its environment; user code never sees it.
             key = os.environ.pop("SHOAL_JOB_KEY", "")
             os.chdir(os.environ.get("SHOAL_JOB_CWD") or request["workdir"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import io
 import os
 import resource
 import signal
@@ -18,6 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from shoal.jobs._child import become_job_process, replace_environ
 
 __all__ = ["ExecProcess", "ForkedProcess", "JobProcess", "killpg"]
 
@@ -110,24 +111,9 @@ class ForkedProcess(JobProcess):
 
 def _run_forked_child(workdir: Path, env: dict[str, str], limits: Any, out: int,
                       close_fds: tuple[int, ...]) -> int:
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    for fd in close_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    os.close(devnull)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    become_job_process(out, close_fds)
     limits()
-    _replace_environ(env)
+    replace_environ(env)
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:0] = extra
     os.chdir(workdir)
@@ -268,15 +254,6 @@ def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
         tail = (run_dir / f"z-{digest}.log").read_text(errors="replace")[-2000:]
         raise OSError(f"the zygote for {python} did not start; its log ends with:\n{tail}")
 
-
-def _replace_environ(env: dict[str, str]) -> None:
-    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
-    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
-    for name in [k for k in os.environ if k not in env]:
-        del os.environ[name]
-    for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
 
 
 class WarmExecutor:

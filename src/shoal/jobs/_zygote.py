@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import json
 import os
 import selectors
@@ -27,39 +26,15 @@ import sys
 import traceback
 from typing import Any
 
+from shoal.jobs._child import become_job_process, limit_memory, replace_environ
+
 __all__ = ["main"]
 
 
-def _replace_environ(env: dict[str, str]) -> None:
-    """Make os.environ equal *env*, touching only what differs (each change is a syscall-ish
-    putenv/unsetenv; most of a job's environment equals its supervisor's)."""
-    for name in [k for k in os.environ if k not in env]:
-        del os.environ[name]
-    for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
-
-
 def _child(request: dict[str, Any], out: int) -> int:
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    os.close(devnull)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    if request.get("memory_mib"):
-        import resource
-
-        limit = int(request["memory_mib"]) * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    _replace_environ(request.get("env") or {})
+    become_job_process(out)
+    limit_memory(request.get("memory_mib"))
+    replace_environ(request.get("env") or {})
     sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
     os.chdir(request["workdir"])
     from shoal.jobs._entrypoint import main as entry
