@@ -99,7 +99,7 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
             os.chdir(os.environ.get("SHOAL_JOB_CWD") or request["workdir"])
             sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
             try:
-                status, out = execute(Payload(blobs[0], blobs[1]), Payload(blobs[2], blobs[3]),
+                status, outcome = execute(Payload(blobs[0], blobs[1]), Payload(blobs[2], blobs[3]),
                                       key)
             finally:
                 sys.stdout.flush()
@@ -108,12 +108,12 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
             reply: dict[str, Any] = {"exit": status, "discard": reason, "sizes": []}
             data = b""
             for kind in ("results", "exception"):
-                if kind in out:
-                    payload = out[kind]
+                if kind in outcome:
+                    payload = outcome[kind]
                     reply.update(kind=kind, sizes=[len(payload.data), len(payload.metadata)])
                     data = payload.data + payload.metadata
-            reply["summary"] = out.get("summary")
-            reply["error"] = out.get("error")
+            reply["summary"] = outcome.get("summary")
+            reply["error"] = outcome.get("error")
             ctrl.sendall(_json_dumps(reply).encode() + b"\n" + data)
             if reason is not None:
                 break

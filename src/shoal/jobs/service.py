@@ -166,6 +166,8 @@ class JobService:
 
     def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
         record = self.metadata.update_job(name, status=status, **fields)
+        if record is None:  # want_record defaults to True; a store that ignores it is broken
+            record = self.metadata.get_job(name)
         if status == JobStatus.FAILED:
             logger.info("job %s failed: %s", name, fields.get("reason"), extra={"job_id": name})
         else:
