@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 from shoal.backends._procfs import process_state, start_ticks
 from shoal.backends._rundir import private_socket_dir
-from shoal.backends._warm import WarmEndpoint, claim_worker, pool_dir
+from shoal.backends._warm import WarmEndpoint, _recv_line, _send_line, claim_worker, pool_dir
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.errors import LaunchError
 
@@ -209,11 +208,8 @@ def _send(path: str, request: Mapping[str, Any]) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(30)
         s.connect(path)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionRefusedError("launcher closed the connection")
-            buf += chunk
-    return json.loads(buf)  # type: ignore[no-any-return]
+        _send_line(s, request)
+        try:
+            return _recv_line(s)
+        except ConnectionError as e:  # a launcher on its way out: start another
+            raise ConnectionRefusedError("launcher closed the connection") from e

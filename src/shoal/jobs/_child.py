@@ -11,8 +11,11 @@ import io
 import os
 import signal
 import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
 
-__all__ = ["become_job_process", "limit_memory", "replace_environ"]
+__all__ = ["become_job_process", "limit_memory", "replace_environ", "run_and_exit"]
 
 
 def become_job_process(out: int, close_fds: tuple[int, ...] = ()) -> None:
@@ -53,3 +56,18 @@ def replace_environ(env: dict[str, str]) -> None:
     for name, value in env.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
+
+
+def run_and_exit(body: Callable[[], int]) -> NoReturn:
+    """In a forked child: run *body*, print what escapes it, flush, and leave with its code
+    (70 when it raised) without ever returning into the code that forked us."""
+    code = 70
+    try:
+        code = body()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)

@@ -14,11 +14,10 @@ import resource
 import signal
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
-from shoal.jobs._child import become_job_process, replace_environ
+from shoal.jobs._child import become_job_process, replace_environ, run_and_exit
 
 __all__ = ["ExecProcess", "ForkedProcess", "JobProcess", "killpg"]
 
@@ -81,17 +80,8 @@ class ForkedProcess(JobProcess):
         gc.freeze()  # long-lived objects stay out of the child's collections: fewer copied pages
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child; its effects are tested
-            code = 70
-            try:
-                os.close(r)
-                code = _run_forked_child(workdir, env, limits, w, close_fds)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
+            os.close(r)
+            run_and_exit(lambda: _run_forked_child(workdir, env, limits, w, close_fds))
         os.close(w)
         return cls(pid, r)
 
@@ -151,7 +141,26 @@ def _limits(memory_mib: int | None) -> Any:
     return apply
 
 
-class ZygoteProcess(JobProcess):
+class _ReportedExit(JobProcess):
+    """A process whose end is told on a socket: ``_read(block)`` sets ``_rc`` once it is."""
+
+    _rc: int | None
+
+    def _read(self, block: bool) -> None:
+        raise NotImplementedError
+
+    def poll(self) -> int | None:
+        if self._rc is None:
+            self._read(block=False)
+        return self._rc
+
+    def wait(self) -> int:
+        while self._rc is None:
+            self._read(block=True)
+        return self._rc
+
+
+class ZygoteProcess(_ReportedExit):
     """A job forked by a zygote (``_zygote.py``); its end is reported over the connection."""
 
     def __init__(self, sock: Any, pid: int, out_fd: int) -> None:
@@ -193,16 +202,6 @@ class ZygoteProcess(JobProcess):
             return
         self._rc = int(json.loads(self._buf)["exit"])
         self._sock.close()
-
-    def poll(self) -> int | None:
-        if self._rc is None:
-            self._read(block=False)
-        return self._rc
-
-    def wait(self) -> int:
-        while self._rc is None:
-            self._read(block=True)
-        return self._rc
 
 
 def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
@@ -275,7 +274,7 @@ class WarmExecutor:
         gc.freeze()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the executor's own process
-            try:
+            def body() -> int:
                 parent.close()
                 os.close(r)
                 for fd in close_fds:
@@ -284,9 +283,9 @@ class WarmExecutor:
                 limits()
                 from shoal.jobs._executor import serve
 
-                serve(child, w, memory_mib)
-            finally:
-                os._exit(70)
+                serve(child, w, memory_mib)  # never returns
+
+            run_and_exit(body)
         child.close()
         os.close(w)
         os.set_blocking(r, False)
@@ -318,7 +317,7 @@ class WarmExecutor:
                 os.close(self.out_fd)
 
 
-class ExecutorJob(JobProcess):
+class ExecutorJob(_ReportedExit):
     """One job inside a WarmExecutor; it ends when the executor says so, or dies."""
 
     def __init__(self, executor: WarmExecutor) -> None:
@@ -369,16 +368,6 @@ class ExecutorJob(JobProcess):
         _, status = os.waitpid(self._ex.pid, 0)
         self._rc = os.waitstatus_to_exitcode(status)
         self._ex.alive = False
-
-    def poll(self) -> int | None:
-        if self._rc is None:
-            self._read(block=False)
-        return self._rc
-
-    def wait(self) -> int:
-        while self._rc is None:
-            self._read(block=True)
-        return self._rc
 
     def finish(self) -> None:
         if not self._ex.alive:

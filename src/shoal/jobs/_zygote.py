@@ -23,10 +23,14 @@ import selectors
 import signal
 import socket
 import sys
-import traceback
 from typing import Any
 
-from shoal.jobs._child import become_job_process, limit_memory, replace_environ
+from shoal.jobs._child import (
+    become_job_process,
+    limit_memory,
+    replace_environ,
+    run_and_exit,
+)
 
 __all__ = ["main"]
 
@@ -108,8 +112,7 @@ class _Zygote:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the job's own process
-            code = 70
-            try:
+            def body() -> int:
                 conn.close()
                 os.close(r)
                 # Nothing of the zygote's stays open in the job: not its listening socket, not
@@ -120,14 +123,9 @@ class _Zygote:
                 for fd in self._own_fds:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                code = _child(request, w)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
+                return _child(request, w)
+
+            run_and_exit(body)
         os.close(w)
         try:
             socket.send_fds(conn, [json.dumps({"pid": pid}).encode() + b"\n"], [r])
