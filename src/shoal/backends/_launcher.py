@@ -78,8 +78,8 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
         server.bind(sock_path + ".tmp")
     finally:
         os.umask(old_umask)
-    os.rename(sock_path + ".tmp", sock_path)  # clients never see a socket not yet listening
     server.listen(64)
+    os.rename(sock_path + ".tmp", sock_path)  # clients never see a socket not yet listening
     server.settimeout(idle_seconds)
     try:
         while True:

@@ -70,8 +70,8 @@ class _Zygote:
             server.bind(self._path + ".tmp")
         finally:
             os.umask(old)
+        server.listen(64)  # listening before the name appears: no client is ever refused
         os.rename(self._path + ".tmp", self._path)
-        server.listen(64)
         self._sel.register(server, selectors.EVENT_READ, "accept")
         self._own_fds = [server.fileno(), wake_r, wake_w]
         self._sel.register(wake_r, selectors.EVENT_READ, "child")

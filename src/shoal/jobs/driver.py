@@ -220,7 +220,13 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
                            f"cannot start the job process ({self._plan.python}): {e}",
                            retry=True)
-        self._svc.advance(name, JobStatus.RUNNING, env_setup_seconds=round(setup, 6))
+        try:
+            self._svc.advance(name, JobStatus.RUNNING, expected=JobStatus.STARTING,
+                              env_setup_seconds=round(setup, 6))
+        except InvalidTransitionError:
+            # A stop was asked for while the job started: its SIGTERM reaches _watch, which
+            # stops the process and records the job stopped.
+            self._stop = True
         rc, stopped, timed_out = self._watch(proc, spec, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink,
                               inline=getattr(proc, "inline", None))
