@@ -250,6 +250,9 @@ class Supervisor:
         env.update({"SHOAL_JOB_NAME": name, "SHOAL_JOB_KEY": secret, "PYTHONUNBUFFERED": "1"})
         if plan.cwd is not None:
             env["SHOAL_JOB_CWD"] = str(plan.cwd)
+        run = spec.extra.get("run")
+        if run:  # the experiment run the caller had open: load_run() in the job finds it
+            env["SHOAL_RUN_CONTEXT"] = json.dumps(run, sort_keys=True)
         return env
 
     # --- watching ---------------------------------------------------------------------
