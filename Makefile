@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check 'uv>=0.4'
+	@# torch through pip first: pip takes the CPU build from this machine's disk (uv would
+	@# download a multi-GB CUDA build); uv then sees it installed and keeps it.
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt torch
 	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[dev]'
 	@# PYTHONDONTWRITEBYTECODE is set on these machines: compile once so imports stay fast.
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true

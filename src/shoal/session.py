@@ -163,6 +163,38 @@ class Session:
         """The artifact root (SageMaker returns an S3 bucket name)."""
         return self._default_bucket or self.settings.resolved_artifact_url()
 
+    def upload_data(self, path: str | os.PathLike[str], bucket: str | None = None,
+                    key_prefix: str = "data", extra_args: Any = None,
+                    callback: Any = None) -> str:
+        """Upload a local file or directory under *key_prefix*; return its URI.
+
+        Like SageMaker's: a directory gives ``<root>/<key_prefix>``, a file
+        ``<root>/<key_prefix>/<name>``. The root is *bucket* (a URL, or an S3 bucket name), else
+        the artifact store's root.
+        """
+        from shoal.errors import InvalidArgumentError
+        from shoal.storage.artifacts import FsspecArtifactStore
+
+        src = Path(path).expanduser()
+        if not src.exists():
+            raise InvalidArgumentError(f"upload_data: {src} does not exist", path=str(src))
+        root = self.settings.resolved_artifact_url() if bucket is None else \
+            (bucket if "://" in bucket else f"s3://{bucket}")
+        store = FsspecArtifactStore.open(root)
+        prefix = key_prefix.strip("/")
+        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+        base = src.parent if src.is_file() else src
+        for i, f in enumerate(files, 1):
+            key = "/".join(x for x in (prefix, f.relative_to(base).as_posix()) if x)
+            store.put_file(key, f)
+            if callback is not None:
+                callback(f.stat().st_size)
+            if i % 200 == 0:
+                logger.info("upload_data: %d/%d files to %s", i, len(files), store.uri(prefix))
+        if src.is_file():
+            return store.uri("/".join(x for x in (prefix, src.name) if x))
+        return store.uri(prefix) if prefix else store.root
+
     def close(self) -> None:
         with self._lock:
             if self._metadata is not None:

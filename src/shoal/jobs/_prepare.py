@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.core.jobs import FailureKind, JobRecord
+from shoal.core.jobs import FailureKind, JobKind, JobRecord
 from shoal.errors import ArtifactNotFound, ShoalError
 from shoal.jobs.logsink import LogSink
 from shoal.storage.artifacts import job_key
@@ -76,7 +76,8 @@ class Preparer:
         if sha:
             plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
         inline = inline_ok and plan.fork and plan.runtime is None
-        for kind in ("function", "arguments") if not inline else ():
+        payloads = () if inline or spec.kind == JobKind.SCRIPT else ("function", "arguments")
+        for kind in payloads:
             for fname, local in (("payload.pkl", f"{kind}.pkl"), ("metadata.json", f"{kind}.json")):
                 (workdir / local).write_bytes(
                     self._artifacts.get_bytes(job_key(record.name, kind, fname)))

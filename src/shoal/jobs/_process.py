@@ -54,9 +54,15 @@ class ExecProcess(JobProcess):
     @classmethod
     def start(cls, python: str, workdir: Path, env: dict[str, str],
               memory_mib: int | None) -> ExecProcess:
+        return cls.run([python, "-m", "shoal.jobs._entrypoint", str(workdir)], cwd=workdir,
+                       env=env, memory_mib=memory_mib)
+
+    @classmethod
+    def run(cls, argv: list[str], *, cwd: Path, env: dict[str, str],
+            memory_mib: int | None) -> ExecProcess:
+        """Any command as the job's process: its own session, output and errors on one pipe."""
         return cls(subprocess.Popen(
-            [python, "-m", "shoal.jobs._entrypoint", str(workdir)],
-            env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_limits(memory_mib)))  # noqa: PLW1509 - the supervisor is single-threaded
 

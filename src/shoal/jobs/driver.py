@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
+from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import secret_values
-from shoal.errors import InvalidTransitionError
+from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -35,6 +35,7 @@ from shoal.jobs._process import (
     ensure_zygote,
     killpg,
 )
+from shoal.jobs._training import TrainingAttempt, ranks_of
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
@@ -81,6 +82,7 @@ class Supervisor:
                                   fork=self._fork)
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
+        self._tap: TrainingAttempt | None = None  # sees the output of a script job as it streams
 
     # --- signals ----------------------------------------------------------------------
 
@@ -191,17 +193,22 @@ class Supervisor:
         t0 = time.monotonic()
         try:
             # A warm executor gets the payloads on its socket: no files to write for it.
-            self._plan = self._preparer.prepare(record, workdir, sink, inline_ok=self._warm)
+            self._plan = self._preparer.prepare(record, workdir, sink, inline_ok=self._warm
+                                                and ranks_of(spec).world == 1)
             env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
             self._preparer.pre_execute(record, self._plan, env, workdir, sink,
                                        lambda: self._stop)
+            training = self._training_for(record, workdir, sink)
         except PrepareError as e:
             return Outcome(JobStatus.FAILED, e.kind, e.reason)
         setup = time.monotonic() - t0
         if self._stop:
             return Outcome(JobStatus.STOPPED, reason="stopped while starting")
         try:
-            if self._plan.runtime is not None and self._run_dir is not None:
+            if training is not None:
+                # A script, or several ranks: the SageMaker layout and SM_* contract.
+                proc = training.start(self._plan.python, env, spec.memory_mib)
+            elif self._plan.runtime is not None and self._run_dir is not None:
                 # An isolated interpreter: fork the job from that interpreter's warm zygote.
                 sock = ensure_zygote(self._plan.python, (self._plan.runtime,), self._run_dir,
                                      self._zygote_idle)
@@ -227,9 +234,58 @@ class Supervisor:
             # A stop was asked for while the job started: its SIGTERM reaches _watch, which
             # stops the process and records the job stopped.
             self._stop = True
-        rc, stopped, timed_out = self._watch(proc, spec, sink)
+        self._tap = training
+        try:
+            rc, stopped, timed_out = self._watch(proc, spec, sink)
+        finally:
+            self._tap = None
+            if training is not None:
+                training.close()
+        if training is not None and training.is_script:
+            return self._conclude_script(training, rc, stopped, timed_out, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink,
                               inline=getattr(proc, "inline", None))
+
+    def _training_for(self, record: JobRecord, workdir: Path, sink: LogSink
+                      ) -> TrainingAttempt | None:
+        spec = record.spec
+        if spec.kind != JobKind.SCRIPT and ranks_of(spec).world == 1:
+            return None
+        training = TrainingAttempt(record, workdir, sink, artifacts=self._svc.artifacts,
+                                   metadata=self._svc.metadata, cores=self._cores)
+        training.setup()
+        return training
+
+    def _conclude_script(self, training: TrainingAttempt, rc: int, stopped: bool,
+                         timed_out: bool, sink: LogSink) -> Outcome:
+        spec = training.spec
+        if stopped:
+            return Outcome(JobStatus.STOPPED, reason="stopped on request", exit_code=rc)
+        if timed_out:
+            return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
+                           f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
+                           "the job was killed (SIGKILL)", exit_code=rc)
+        if rc == 0:
+            try:
+                training.upload_outputs()
+            except (ShoalError, OSError) as e:
+                return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
+                               f"the script succeeded but its model could not be uploaded: {e}",
+                               exit_code=rc, retry=True)
+            return Outcome(JobStatus.COMPLETED, exit_code=0)
+        failure = training.failure_text()
+        if rc < 0:
+            sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            what = (f"the training process was killed by signal {sig} ({-rc}), which shoal "
+                    "did not send (out of memory, or killed from outside)")
+            retry = True
+        else:
+            what = f"the training script {training.cfg.get('entry_point')} exited with code {rc}"
+            retry = False
+        reason = f"AlgorithmError: {failure}\n({what})" if failure else \
+            f"AlgorithmError: {what}; last output:\n{sink.tail(20)}"
+        return Outcome(JobStatus.FAILED, FailureKind.SIGNAL if rc < 0 else FailureKind.EXIT_CODE,
+                       reason, exit_code=rc, retry=retry)
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
@@ -287,6 +343,8 @@ class Supervisor:
             # After EOF the process may live on (it closed its stdout): poll it briefly, so
             # the deadline and stop requests still apply.
             waits = [deadline - now, sink.next_flush(now) - now, 0.01 if eof else 1.0]
+            if self._tap is not None:
+                waits.append(self._tap.next_tick(now) - now)
             if kill_at is not None:
                 waits.append(kill_at - now)
             for key, _ in sel.select(max(0.0, min(waits))):
@@ -300,6 +358,8 @@ class Supervisor:
                     eof = True
                     sel.unregister(out_fd)
             sink.maybe_flush(time.monotonic())
+            if self._tap is not None:
+                self._tap.tick(time.monotonic())
             if proc.poll() is not None:
                 if not eof:  # a grandchild may still hold the pipe: take what is there
                     self._drain(out_fd, sink)
@@ -340,8 +400,7 @@ class Supervisor:
             return False
         return self._svc.get(self._current).status == JobStatus.STOPPING
 
-    @staticmethod
-    def _drain(fd: int, sink: LogSink) -> bool:
+    def _drain(self, fd: int, sink: LogSink) -> bool:
         while True:
             try:
                 data = os.read(fd, 65536)
@@ -350,6 +409,8 @@ class Supervisor:
             if not data:
                 return True
             sink.write(data)
+            if self._tap is not None:
+                self._tap.on_output(data)
 
     def _conclude(self, record: JobRecord, workdir: Path, rc: int, stopped: bool,
                   timed_out: bool, sink: LogSink, inline: dict[str, Any] | None = None) -> Outcome:

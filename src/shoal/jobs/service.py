@@ -113,6 +113,22 @@ class JobService:
             raise
         return self.launch(record)
 
+    def submit_script(self, spec: JobSpec, files: Mapping[str, bytes | Path]) -> JobRecord:
+        """Record a script job, store its files (bytes, or a local file to upload), launch."""
+        record = self.metadata.create_job(spec, secret=new_key(), backend=self.backend.name)
+        try:
+            for rel, data in files.items():
+                key = job_key(spec.name, *rel.split("/"))
+                if isinstance(data, Path):
+                    self.artifacts.put_file(key, data)
+                else:
+                    self.artifacts.put_bytes(key, data)
+        except ShoalError as e:
+            self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
+                            reason=f"could not store the files of job {spec.name}: {e}")
+            raise
+        return self.launch(record)
+
     def launch(self, record: JobRecord) -> JobRecord:
         spec = record.spec
         keep = spec.keep_alive_period_in_seconds

@@ -69,10 +69,7 @@ _INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "s
           "security_group_ids", "encrypt_inter_container_traffic", "volume_size",
           "use_spot_instances", "max_wait_time_in_seconds")
 # Features that arrive with later issues: refused clearly rather than ignored.
-_NOT_YET = {
-    "spark_config": "a later issue", "use_torchrun": "#4", "use_mpirun": "#4",
-    "nproc_per_node": "#4",
-}
+_NOT_YET = {"spark_config": "a later issue", "use_mpirun": "a later issue"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +134,19 @@ class RemoteOptions:
             raise InvalidArgumentError("keep_alive_period_in_seconds must be an integer from 0 "
                                        f"to 3600 (SageMaker's range), got {keep!r}",
                                        argument="keep_alive_period_in_seconds")
-        if self.instance_count != 1:
-            raise InvalidArgumentError("instance_count > 1 arrives with torchrun support "
-                                       "(TODO(#4)); use instance_count=1", argument="instance_count")
+        if self.instance_count != 1 and not self.use_torchrun:
+            raise InvalidArgumentError(
+                f"instance_count={self.instance_count} runs the function as several ranks, "
+                "which needs use_torchrun=True (as on SageMaker); or use instance_count=1",
+                argument="instance_count")
+        per_node = self.nproc_per_node
+        if per_node not in (UNSET, None) and (not isinstance(per_node, int) or
+                                             isinstance(per_node, bool) or per_node < 1):
+            raise InvalidArgumentError(f"nproc_per_node must be a positive integer, got "
+                                       f"{per_node!r}", argument="nproc_per_node")
+        if per_node not in (UNSET, None) and not self.use_torchrun:
+            raise InvalidArgumentError("nproc_per_node applies with use_torchrun=True",
+                                       argument="nproc_per_node")
         for name, issue in _NOT_YET.items():
             value = getattr(self, name)
             if value not in (UNSET, None, False, 0, (), []):
@@ -230,6 +237,11 @@ class RemoteOptions:
             extra["conda_env"] = conda_env.strip()
         if gpu_note:
             extra["gpu_fallback"] = gpu_note
+        if self.use_torchrun:
+            per_node = self.nproc_per_node if self.nproc_per_node not in (UNSET, None) else \
+                max(1, 0 if gpu_note else itype.gpus)
+            extra["distribution"] = {"hosts": self.instance_count, "per_host": per_node,
+                                     "torchrun": True}
         commands, script = self._pre_execution(defaults)
         base = self.job_name_prefix or getattr(func, "__name__", "job")
         now = datetime.now(UTC)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -94,6 +95,47 @@ class FsspecArtifactStore:
         except OSError as e:
             raise ArtifactStoreError(f"cannot write {self.uri(key)}: {e}", key=key) from e
 
+    def put_file(self, key: str, local: str | os.PathLike[str]) -> None:
+        """Upload a file without reading it into memory; atomic like put_bytes."""
+        path = self._path(key)
+        try:
+            if self._local:
+                parent = os.path.dirname(path)
+                os.makedirs(parent, exist_ok=True)
+                tmp = f"{path}.tmp-{os.getpid()}-{next(_TMP_IDS)}-{uuid.uuid4().hex[:8]}"
+                try:
+                    shutil.copyfile(local, tmp)
+                    os.replace(tmp, path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+            else:  # one PUT (or a completed multipart upload): readers never see half of it
+                self._fs.put_file(os.fspath(local), path)
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot write {self.uri(key)} from {local}: {e}",
+                                     key=key) from e
+
+    def get_file(self, key: str, local: str | os.PathLike[str]) -> None:
+        """Download to *local* (written beside it, then renamed)."""
+        path = self._path(key)
+        tmp = f"{os.fspath(local)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            if self._local:
+                shutil.copyfile(path, tmp)
+            else:
+                self._fs.get_file(path, tmp)
+            os.replace(tmp, local)
+        except FileNotFoundError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise ArtifactNotFound(f"no artifact at {self.uri(key)}", key=key) from e
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise ArtifactStoreError(f"cannot read {self.uri(key)} into {local}: {e}",
+                                     key=key) from e
+
     def get_bytes(self, key: str) -> bytes:
         return self.read_range(key, 0)
 
@@ -126,7 +168,8 @@ class FsspecArtifactStore:
             raise ArtifactStoreError(f"cannot check {self.uri(key)}: {e}", key=key) from e
 
     def list_keys(self, prefix: str) -> list[str]:
-        path = self._path(prefix)
+        """Keys below *prefix* (``""``: every key in the store)."""
+        path = self._path(prefix) if prefix else self._root_path
         try:
             self._fs.invalidate_cache(path)
             found = self._fs.find(path)

@@ -1,0 +1,12 @@
+"""Script-mode training: ``Estimator``, ``PyTorch``, ``SKLearn``, ``TrainingInput``.
+
+SageMaker's import paths work too: ``shoal.estimator``, ``shoal.pytorch``, ``shoal.sklearn``,
+``shoal.inputs``.
+"""
+
+from __future__ import annotations
+
+from shoal.training._estimator import Estimator, Framework, PyTorch, SKLearn, TrainingJob
+from shoal.training._inputs import TrainingInput
+
+__all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingInput", "TrainingJob"]
