@@ -22,19 +22,24 @@ from shoal.errors import (
 if TYPE_CHECKING:
     from shoal.remote_function import RemoteExecutor, get_future, list_futures, remote
     from shoal.session import Session, use
+    from shoal.training import Estimator, PyTorch, SKLearn, TrainingInput
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Estimator",
     "InvalidArgumentError",
     "JobCancelledError",
     "JobError",
     "JobFailedError",
     "JobTimeoutError",
     "NotFoundError",
+    "PyTorch",
     "RemoteExecutor",
+    "SKLearn",
     "Session",
     "ShoalError",
+    "TrainingInput",
     "__version__",
     "get_future",
     "list_futures",
@@ -49,6 +54,10 @@ _LAZY = {
     "list_futures": "shoal.remote_function",
     "Session": "shoal.session",
     "use": "shoal.session",
+    "Estimator": "shoal.training",
+    "PyTorch": "shoal.training",
+    "SKLearn": "shoal.training",
+    "TrainingInput": "shoal.training",
 }
 
 

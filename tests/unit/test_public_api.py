@@ -12,6 +12,7 @@ EXPECTED = [
     "InvalidArgumentError", "JobCancelledError", "JobError", "JobFailedError",
     "JobTimeoutError", "NotFoundError", "RemoteExecutor", "Session", "ShoalError",
     "__version__", "get_future", "list_futures", "remote", "use",
+    "Estimator", "PyTorch", "SKLearn", "TrainingInput",
 ]
 
 
@@ -58,3 +59,24 @@ def test_remote_accepts_every_sagemaker_parameter_name():
     }
     accepted = set(inspect.signature(RemoteOptions).parameters)
     assert sagemaker_names <= accepted
+
+
+def test_sagemaker_training_import_paths():
+    """A port replaces ``sagemaker`` with ``shoal`` in its import lines."""
+    from shoal.estimator import Estimator
+    from shoal.inputs import TrainingInput
+    from shoal.pytorch import PyTorch
+    from shoal.sklearn import SKLearn
+
+    assert shoal.Estimator is Estimator and shoal.TrainingInput is TrainingInput
+    assert issubclass(PyTorch, Estimator) and issubclass(SKLearn, Estimator)
+    assert shoal.PyTorch is PyTorch and shoal.SKLearn is SKLearn
+    params = inspect.signature(Estimator).parameters
+    for name in ("entry_point", "source_dir", "hyperparameters", "instance_type",
+                 "instance_count", "output_path", "environment", "dependencies",
+                 "metric_definitions", "max_run", "max_retry_attempts", "checkpoint_s3_uri",
+                 "checkpoint_local_path", "base_job_name", "tags",
+                 "keep_alive_period_in_seconds"):
+        assert name in params, name
+    assert list(params)[:4] == ["image_uri", "role", "instance_count", "instance_type"]
+    assert {"framework_version", "py_version"} <= set(inspect.signature(PyTorch).parameters)

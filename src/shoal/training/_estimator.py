@@ -251,7 +251,7 @@ class Estimator:
                 return {"experiment_name": exp, "run_name": run}
         try:  # TEMP until shoal.experiments lands
             from shoal.experiments import current_run_context
-        except ModuleNotFoundError:
+        except ImportError:
             return None
         return current_run_context()
 
@@ -285,7 +285,7 @@ class Estimator:
             pin_needed = not _installed_matches(dist, pin)
             lines.append(f"{dist}{pin}")
         if self._requirements is not None:
-            lines.append(self._requirements.read_text())
+            lines.append(self._requirements.read_text().rstrip("\n"))
             return "\n".join(lines) + "\n"
         return "\n".join(lines) + "\n" if pin_needed else None
 

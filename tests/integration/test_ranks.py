@@ -1,0 +1,121 @@
+"""Several processes for one job: torchrun variables, gloo on CPU, rank-prefixed output, and
+the whole job failed (the other ranks stopped) when one rank fails."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from shoal import remote
+from shoal.core.jobs import JobStatus
+from shoal.errors import InvalidArgumentError, JobFailedError
+from shoal.pytorch import PyTorch
+
+pytest.importorskip("torch")
+
+DDP_SCRIPT = """
+import json, os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print(json.dumps({"rank": rank, "world": world, "sum": t.item(),
+                  "local_rank": os.environ["LOCAL_RANK"], "host": os.environ["SM_CURRENT_HOST"],
+                  "hosts": json.loads(os.environ["SM_HOSTS"]),
+                  "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}),
+      flush=True)
+if rank == 0:
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "world.txt"), "w").write(str(world))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _rank_lines(log: str) -> dict[str, dict]:
+    import json
+
+    out = {}
+    for line in log.splitlines():
+        if line.startswith("[algo-") and "{" in line:
+            prefix, _, payload = line.partition("] ")
+            out[prefix + "]"] = json.loads(payload)
+    return out
+
+
+def test_torch_distributed_estimator_runs_every_rank_with_gloo(session, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ddp.py").write_text(DDP_SCRIPT)
+    est = PyTorch(entry_point="ddp.py", source_dir=str(src), instance_count=3,
+                  distribution={"torch_distributed": {"enabled": True}})
+    est.fit(logs=False)
+    record = session.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.COMPLETED
+    ranks = _rank_lines(session.jobs.read_log(record.name).decode())
+    assert set(ranks) == {"[algo-1 rank 0]", "[algo-2 rank 1]", "[algo-3 rank 2]"}
+    for label, seen in ranks.items():
+        assert seen["world"] == 3 and seen["sum"] == 6.0  # 1 + 2 + 3 across the ranks
+        assert seen["host"] == label[1:7] and seen["local_rank"] == "0"
+        assert seen["hosts"] == ["algo-1", "algo-2", "algo-3"]
+    assert len({s["master"] for s in ranks.values()}) == 1
+
+
+def test_a_failing_rank_fails_the_job_and_stops_the_others(session, tmp_path):
+    script = tmp_path / "one_fails.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            print("rank 1 giving up", flush=True)
+            sys.exit(7)
+        print("rank 0 waiting", flush=True)
+        time.sleep(120)
+        print("rank 0 finished", flush=True)
+    """))
+    est = PyTorch(entry_point=str(script), instance_count=2,
+                  distribution={"torch_distributed": {"enabled": True}})
+    t0 = time.monotonic()
+    with pytest.raises(JobFailedError):
+        est.fit(logs=False)
+    assert time.monotonic() - t0 < 60  # rank 0 was stopped, not waited for
+    record = session.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.FAILED and record.exit_code == 7
+    log = session.jobs.read_log(record.name).decode()
+    assert "[algo-2 rank 1] rank 1 giving up" in log
+    assert "[algo-1 rank 0] rank 0 waiting" in log
+    assert "algo-2 rank 1 exited with code 7; stopping the other ranks" in log
+    assert "rank 0 finished" not in log
+    assert "exited with code 7" in record.failure_reason
+
+
+def _all_reduce(x: float) -> tuple[int, int, float]:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([x * (dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    out = (dist.get_rank(), dist.get_world_size(), t.item(), os.environ["LOCAL_RANK"])
+    dist.destroy_process_group()
+    return out
+
+
+def test_remote_function_with_torchrun_returns_rank_zero_result(session):
+    f = remote(instance_count=2, use_torchrun=True)(_all_reduce)
+    rank, world, total, local = f(1.5)
+    assert (rank, world, total, local) == (0, 2, 4.5, "0")  # 1.5 * 1 + 1.5 * 2
+    f2 = remote(use_torchrun=True, nproc_per_node=2)(_all_reduce)
+    assert f2(1.0)[1:3] == (2, 3.0)
+
+
+def test_remote_multi_instance_needs_torchrun(session):
+    with pytest.raises(InvalidArgumentError, match="needs use_torchrun=True"):
+        remote(instance_count=2)(_all_reduce)
+    with pytest.raises(InvalidArgumentError, match="nproc_per_node must be a positive integer"):
+        remote(use_torchrun=True, nproc_per_node=0)(_all_reduce)
