@@ -343,3 +343,24 @@ def test_help_is_fast_and_documents_exit_codes(home):
          "'fsspec', 'pydantic_settings', 'numpy', 'cloudpickle') if m in sys.modules]; "
          "print(heavy)"], capture_output=True, text=True, timeout=60, check=True)
     assert probe.stdout.strip() == "[]"
+
+
+def test_describe_shows_a_training_job(session, tmp_path):
+    from shoal.estimator import Estimator
+
+    script = tmp_path / "train.py"
+    script.write_text("print('acc=0.9')\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.csv").write_text("1\n")
+    with shoal.use(session):
+        est = Estimator(entry_point=str(script), hyperparameters={"epochs": 2},
+                        metric_definitions=[{"Name": "acc", "Regex": r"acc=([0-9.]+)"}])
+        est.fit({"training": str(data)}, logs=False)
+    proc = run_cli("jobs", "describe", est.latest_training_job.name)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # rich may wrap long values
+    assert "Training" in proc.stdout and "entry point train.py" in text
+    assert "hyperparameter epochs 2" in text
+    assert f"channel training {data.as_uri()}" in text
+    assert "model.tar.gz" in text and "metric acc" in text

@@ -143,7 +143,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
                  ("max runtime", f"{spec.max_runtime_in_seconds} s"),
                  ("max retry attempts", str(spec.max_retry_attempts)),
                  ("stop grace period", f"{spec.stop_grace_period_in_seconds:g} s")]
-    extra = {k: v for k, v in spec.extra.items() if k != "sys_path"}
+    extra = {k: v for k, v in spec.extra.items() if k not in ("sys_path", "training")}
     spec_rows += [(f"extra.{k}", str(v)) for k, v in extra.items()]
     env = mask_env(spec.environment_variables)
     sections: list[tuple[str, Any]] = [
@@ -156,6 +156,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
         ("Inert settings (kept for SageMaker; no effect on this backend)",
          key_values([(k, json.dumps(v, default=str)) for k, v in spec.inert_settings.items()])
          if spec.inert_settings else Text("(none)", style="dim")),
+        *_training_section(r),
         ("Status history", _history(r)),
         ("Logs", key_values([("uri", log_uri),
                              ("print", f"shoal {state.home_option()}jobs logs {r.name}"),
@@ -241,3 +242,27 @@ def cancel(
         return
     out().print(f"job {name} {record.status} before the stop took effect")
     raise typer.Exit(exit_code_for_status(record.status))
+
+
+def _training_section(r: JobRecord) -> list[tuple[str, Any]]:
+    """A script job's training settings: script, hyperparameters, channels, outputs."""
+    cfg = r.spec.extra.get("training")
+    if not cfg:
+        return []
+    root = str(cfg.get("output_path") or cfg.get("output_root") or "").rstrip("/")
+    rows = [("entry point", str(cfg.get("entry_point"))),
+            ("estimator", str(cfg.get("estimator", "-"))),
+            ("source", str(cfg.get("source_uri", "-"))),
+            ("instance count", str(cfg.get("instance_count", 1)))]
+    rows += [(f"hyperparameter {k}", json.dumps(v) if not isinstance(v, str) else v)
+             for k, v in sorted((cfg.get("hyperparameters") or {}).items())]
+    rows += [(f"channel {n}", str(c.get("uri"))) for n, c in (cfg.get("channels") or {}).items()]
+    rows += [(f"metric {d['Name']}", d["Regex"]) for d in cfg.get("metric_definitions") or ()]
+    if cfg.get("checkpoint_s3_uri"):
+        rows.append(("checkpoints", f"{cfg.get('checkpoint_local_path')} -> "
+                                    f"{cfg['checkpoint_s3_uri']}"))
+    if root:
+        done = r.status == JobStatus.COMPLETED
+        rows.append(("model data", f"{root}/{r.name}/output/model.tar.gz" if done
+                     else "(written when the job completes)"))
+    return [("Training", key_values(rows))]
