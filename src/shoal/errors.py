@@ -6,6 +6,7 @@
     ├── NotFoundError
     │   ├── JobNotFound
     │   ├── RunNotFound
+    │   ├── ExperimentNotFound
     │   ├── ModelNotFound
     │   └── ArtifactNotFound
     ├── AlreadyExistsError
@@ -51,6 +52,7 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "ConflictError",
+    "ExperimentNotFound",
     "InvalidArgumentError",
     "InvalidTransitionError",
     "JobCancelledError",
@@ -123,6 +125,10 @@ class JobNotFound(NotFoundError):
 
 class RunNotFound(NotFoundError):
     code = "RUN_NOT_FOUND"
+
+
+class ExperimentNotFound(NotFoundError):
+    code = "EXPERIMENT_NOT_FOUND"
 
 
 class ModelNotFound(NotFoundError):

@@ -90,3 +90,14 @@ def test_schema_py_columns_match_the_migration(monkeypatch: pytest.MonkeyPatch) 
         declared = {c.name: (type(c.type), c.nullable, c.primary_key)
                     for c in schema.metadata.tables[name].columns}
         assert migrated == declared, name
+
+
+def test_run_status_check_lists_exactly_the_run_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal.core import RunStatus
+
+    tables = _tables_after_all_migrations(monkeypatch)
+    migrated = [item for item in tables["runs"] if isinstance(item, sa.CheckConstraint)]
+    declared = [c for c in schema.runs.constraints if isinstance(c, sa.CheckConstraint)]
+    assert len(migrated) == len(declared) == 1
+    assert _quoted(str(migrated[0].sqltext)) == _quoted(str(declared[0].sqltext)) == {
+        s.value for s in RunStatus}

@@ -1,6 +1,16 @@
 """Frozen domain types and ports; no I/O lives here."""
 
 from shoal.core.clock import Clock, IdFactory, RandomIdFactory, SystemClock, job_name_for
+from shoal.core.experiments import (
+    ExperimentRecord,
+    MetricPoint,
+    MetricSummary,
+    RunArtifact,
+    RunRecord,
+    RunStatus,
+    job_owner,
+    run_owner,
+)
 from shoal.core.jobs import (
     TRANSITIONS,
     FailureKind,
@@ -29,6 +39,7 @@ __all__ = [
     "Backend",
     "Clock",
     "ExecContext",
+    "ExperimentRecord",
     "FailureKind",
     "IdFactory",
     "InstanceType",
@@ -41,9 +52,16 @@ __all__ = [
     "JobStatus",
     "LaunchInfo",
     "MetadataStore",
+    "MetricPoint",
+    "MetricSummary",
     "RandomIdFactory",
+    "RunArtifact",
+    "RunRecord",
+    "RunStatus",
     "SystemClock",
     "check_transition",
     "job_name_for",
+    "job_owner",
     "resolve_instance_type",
+    "run_owner",
 ]

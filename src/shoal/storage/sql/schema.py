@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from shoal.core.experiments import RunStatus
 from shoal.core.jobs import FailureKind, JobStatus
 
-__all__ = ["SCHEMA_REVISION", "job_events", "jobs", "metadata"]
+__all__ = ["SCHEMA_REVISION", "experiments", "job_events", "jobs", "metadata", "metrics",
+           "run_artifacts", "run_jobs", "run_parameters", "run_tags", "runs"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 metadata = sa.MetaData()
 
 
-def _in(column: str, values: type[JobStatus] | type[FailureKind]) -> sa.CheckConstraint:
+def _in(column: str, values: type[JobStatus] | type[FailureKind] | type[RunStatus], *,
+        name: str | None = None) -> sa.CheckConstraint:
     allowed = ", ".join(f"'{v.value}'" for v in values)
-    return sa.CheckConstraint(f"{column} IN ({allowed})", name=f"ck_{column}_valid")
+    return sa.CheckConstraint(f"{column} IN ({allowed})", name=name or f"ck_{column}_valid")
 
 
 jobs = sa.Table(
@@ -50,4 +53,82 @@ job_events = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("reason", sa.Text),
     sa.Index("ix_job_events_job", "job_name"),
+)
+
+# --- experiments (revision 0002) -----------------------------------------------------------
+
+experiments = sa.Table(
+    "experiments", metadata,
+    sa.Column("name", sa.String(120), primary_key=True),
+    sa.Column("display_name", sa.String(255)),
+    sa.Column("tags", sa.Text, nullable=False, default="{}"),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("experiment_name", sa.String(120),
+              sa.ForeignKey("experiments.name", ondelete="CASCADE"), nullable=False),
+    sa.Column("run_name", sa.String(120), nullable=False),
+    sa.Column("display_name", sa.String(255)),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+    sa.UniqueConstraint("experiment_name", "run_name", name="uq_runs_experiment_run"),
+    _in("status", RunStatus, name="ck_runs_status_valid"),
+)
+
+
+def _run_id() -> sa.Column:  # type: ignore[type-arg]
+    return sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"),
+                     primary_key=True)
+
+
+run_parameters = sa.Table(
+    "run_parameters", metadata,
+    _run_id(),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),  # JSON: keeps str, int, float and bool apart
+)
+
+run_tags = sa.Table(
+    "run_tags", metadata,
+    _run_id(),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+run_artifacts = sa.Table(
+    "run_artifacts", metadata,
+    _run_id(),
+    sa.Column("is_output", sa.Boolean, primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("media_type", sa.String(255)),
+    sa.Column("artifact_type", sa.String(64)),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+run_jobs = sa.Table(
+    "run_jobs", metadata,
+    _run_id(),
+    # No foreign key to jobs: a job may be linked before its record exists, or live in
+    # another store.
+    sa.Column("job_name", sa.String(64), primary_key=True),
+    sa.Column("linked_at", sa.Float, nullable=False),
+    sa.Index("ix_run_jobs_job", "job_name"),
+)
+
+metrics = sa.Table(
+    "metrics", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True,
+              autoincrement=True),
+    # "run:<experiment>/<run>" or "job:<name>": one table for every series.
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("step", sa.BigInteger),
+    sa.Column("timestamp", sa.Float, nullable=False),
+    sa.Index("ix_metrics_owner_name", "owner", "name"),
 )

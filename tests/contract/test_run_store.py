@@ -1,0 +1,326 @@
+"""The experiment half of the metadata store contract (experiments, runs, metrics), on SQLite
+and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from shoal.core import (
+    MetadataStore,
+    MetricPoint,
+    RunArtifact,
+    RunStatus,
+    job_owner,
+    run_owner,
+)
+from shoal.errors import (
+    AlreadyExistsError,
+    ExperimentNotFound,
+    InvalidArgumentError,
+    RunNotFound,
+    SchemaOutOfDateError,
+)
+from shoal.storage.sql import SCHEMA_REVISION, SqlMetadataStore, schema, upgrade_schema
+
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self._now = T0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float = 1.0) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+
+
+@dataclass
+class Ctx:
+    store: SqlMetadataStore
+    clock: FakeClock
+    prefix: str  # unique per test: a worker's tests share its PostgreSQL database
+
+    def exp(self, suffix: str = "e") -> str:
+        name = f"{self.prefix}-{suffix}"
+        self.store.ensure_experiment(name)
+        return name
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def ctx(db_url: str) -> Iterator[Ctx]:
+    clock = FakeClock()
+    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
+    try:
+        yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")
+    finally:
+        try:
+            store.delete_all()
+        finally:
+            store.close()
+
+
+def test_is_still_a_metadata_store(ctx: Ctx) -> None:
+    assert isinstance(ctx.store, MetadataStore)
+
+
+# --- experiments --------------------------------------------------------------------------
+
+def test_ensure_experiment_is_idempotent_and_keeps_the_first_display_name(ctx: Ctx) -> None:
+    name = f"{ctx.prefix}-exp"
+    first = ctx.store.ensure_experiment(name, display_name="First", tags={"team": "ml"})
+    ctx.clock.advance()
+    again = ctx.store.ensure_experiment(name, display_name="Second")
+    assert first == again
+    assert (again.name, again.display_name, dict(again.tags)) == (name, "First", {"team": "ml"})
+    assert again.created_at == T0 and again.run_count == 0
+    assert ctx.store.get_experiment(name) == first
+
+
+def test_list_experiments_newest_first_with_run_counts(ctx: Ctx) -> None:
+    older = ctx.exp("older")
+    ctx.clock.advance()
+    newer = ctx.exp("newer")
+    ctx.store.create_run(older, "r1")
+    ctx.store.create_run(older, "r2")
+    mine = [e for e in ctx.store.list_experiments() if e.name.startswith(ctx.prefix)]
+    assert [(e.name, e.run_count) for e in mine] == [(newer, 0), (older, 2)]
+
+
+def test_missing_experiment(ctx: Ctx) -> None:
+    name = f"{ctx.prefix}-nope"
+    assert ctx.store.find_experiment(name) is None
+    with pytest.raises(ExperimentNotFound, match=name):
+        ctx.store.get_experiment(name)
+    with pytest.raises(ExperimentNotFound, match=name):
+        ctx.store.list_runs(name)
+    with pytest.raises(ExperimentNotFound, match=name):
+        ctx.store.create_run(name, "r")
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+def test_create_and_get_run(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    created = ctx.store.create_run(exp, "run-1", display_name="Run one", tags={"k": "v"})
+    assert created.status is RunStatus.IN_PROGRESS
+    got = ctx.store.get_run(exp, "run-1")
+    assert got == created
+    assert got.owner == run_owner(exp, "run-1") == f"run:{exp}/run-1"
+    assert (got.display_name, dict(got.tags), got.created_at, got.ended_at) == (
+        "Run one", {"k": "v"}, T0, None)
+
+
+def test_duplicate_run_names_both_names(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    ctx.store.create_run(exp, "dup")
+    with pytest.raises(AlreadyExistsError) as info:
+        ctx.store.create_run(exp, "dup")
+    assert exp in str(info.value) and "dup" in str(info.value)
+    assert info.value.details == {"experiment": exp, "run": "dup"}
+    other = ctx.exp("other")
+    ctx.store.create_run(other, "dup")  # run names are unique within an experiment only
+
+
+def test_missing_run(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    assert ctx.store.find_run(exp, "ghost") is None
+    for call in (lambda: ctx.store.get_run(exp, "ghost"),
+                 lambda: ctx.store.end_run(exp, "ghost", status=RunStatus.COMPLETED),
+                 lambda: ctx.store.set_run_parameters(exp, "ghost", {"a": 1}),
+                 lambda: ctx.store.link_run_job(exp, "ghost", "job-1")):
+        with pytest.raises(RunNotFound) as info:
+            call()
+        assert "ghost" in str(info.value) and exp in str(info.value)
+
+
+def test_parameters_upsert_and_keep_their_types(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    ctx.store.create_run(exp, "r")
+    ctx.store.set_run_parameters(exp, "r", {"lr": 0.1, "epochs": 3, "opt": "adam",
+                                           "amp": True})
+    ctx.store.set_run_parameters(exp, "r", {"lr": 0.01, "layers": 4})
+    params = ctx.store.get_run(exp, "r").parameters
+    assert params == {"lr": 0.01, "epochs": 3, "opt": "adam", "amp": True, "layers": 4}
+    assert type(params["epochs"]) is int and type(params["amp"]) is bool
+
+
+def test_tags_artifacts_and_jobs(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    ctx.store.create_run(exp, "r", tags={"a": "1"})
+    ctx.store.set_run_tags(exp, "r", {"a": "2", "b": "3"})
+    ctx.store.add_run_artifact(exp, "r", RunArtifact("model", "file:///m.tar.gz",
+                                                     media_type="application/gzip"))
+    ctx.clock.advance()
+    ctx.store.add_run_artifact(exp, "r", RunArtifact("data", "s3://b/d.csv", is_output=False))
+    ctx.clock.advance()
+    # The same name and direction replaces the earlier value.
+    ctx.store.add_run_artifact(exp, "r", RunArtifact("model", "file:///m2.tar.gz",
+                                                     artifact_type="Model"))
+    ctx.store.link_run_job(exp, "r", "job-b")
+    ctx.clock.advance()
+    ctx.store.link_run_job(exp, "r", "job-a")
+    ctx.store.link_run_job(exp, "r", "job-b")  # idempotent
+    run = ctx.store.get_run(exp, "r")
+    assert dict(run.tags) == {"a": "2", "b": "3"}
+    assert run.artifacts == (
+        RunArtifact("data", "s3://b/d.csv", None, False, None),
+        RunArtifact("model", "file:///m2.tar.gz", None, True, "Model"),
+    )
+    assert run.jobs == ("job-b", "job-a")
+    assert [r.run_name for r in ctx.store.runs_for_job("job-a")] == ["r"]
+    assert ctx.store.runs_for_job(f"{ctx.prefix}-unlinked") == []
+
+
+def test_end_and_resume(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    ctx.store.create_run(exp, "r")
+    ctx.clock.advance(5)
+    ctx.store.end_run(exp, "r", status=RunStatus.FAILED)
+    run = ctx.store.get_run(exp, "r")
+    assert run.status is RunStatus.FAILED and run.ended_at == T0 + timedelta(seconds=5)
+    ctx.store.resume_run(exp, "r")
+    run = ctx.store.get_run(exp, "r")
+    assert run.status is RunStatus.IN_PROGRESS and run.ended_at is None
+    with pytest.raises(InvalidArgumentError, match="end status"):
+        ctx.store.end_run(exp, "r", status=RunStatus.IN_PROGRESS)
+
+
+def test_list_runs_oldest_first_with_their_children(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    for i in range(3):
+        ctx.store.create_run(exp, f"r{i}")
+        ctx.store.set_run_parameters(exp, f"r{i}", {"i": i})
+        ctx.clock.advance()
+    ctx.exp("empty")
+    runs = ctx.store.list_runs(exp)
+    assert [(r.run_name, r.parameters["i"]) for r in runs] == [("r0", 0), ("r1", 1), ("r2", 2)]
+    assert ctx.store.list_runs(f"{ctx.prefix}-empty") == []
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+def test_metrics_round_trip_in_time_then_step_order(ctx: Ctx) -> None:
+    owner = run_owner(ctx.exp(), "r")
+    ctx.store.add_metrics(owner, [
+        MetricPoint("loss", 0.5, 10.0, 2),
+        MetricPoint("loss", 0.9, 10.0, 1),
+        MetricPoint("acc", 0.7, 11.0),
+        MetricPoint("loss", 0.4, 9.0, None),
+    ])
+    ctx.store.add_metrics(owner, [MetricPoint("loss", 0.1, 12.0, 3)])
+    assert ctx.store.get_metrics(owner, "loss") == [
+        MetricPoint("loss", 0.4, 9.0, None), MetricPoint("loss", 0.9, 10.0, 1),
+        MetricPoint("loss", 0.5, 10.0, 2), MetricPoint("loss", 0.1, 12.0, 3)]
+    assert [p.name for p in ctx.store.get_metrics(owner)] == ["acc"] + ["loss"] * 4
+    assert ctx.store.metric_names(owner) == ["acc", "loss"]
+    assert ctx.store.get_metrics(owner, "missing") == []
+    assert ctx.store.get_metrics(job_owner(f"{ctx.prefix}-job")) == []
+
+
+def test_metric_summaries(ctx: Ctx) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    ctx.store.add_metrics(owner, [MetricPoint("loss", v, float(i), i)
+                                  for i, v in enumerate([4.0, 1.0, 3.0, 2.0])])
+    ctx.store.add_metrics(owner, [MetricPoint("acc", 0.5, 1.0)])
+    [acc, loss] = ctx.store.metric_summaries(owner)
+    assert (acc.name, acc.count, acc.last) == ("acc", 1, 0.5)
+    assert (loss.name, loss.count, loss.min, loss.max, loss.avg, loss.last) == (
+        "loss", 4, 1.0, 4.0, 2.5, 2.0)
+    assert ctx.store.metric_summaries(f"{owner}-none") == []
+
+
+def test_owners_are_separate(ctx: Ctx) -> None:
+    a, b = job_owner(f"{ctx.prefix}-a"), job_owner(f"{ctx.prefix}-b")
+    ctx.store.add_metrics(a, [MetricPoint("m", 1.0, 1.0)])
+    ctx.store.add_metrics(b, [MetricPoint("m", 2.0, 1.0)])
+    assert [p.value for p in ctx.store.get_metrics(a)] == [1.0]
+    assert [p.value for p in ctx.store.get_metrics(b)] == [2.0]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_point_stores_nothing_of_its_batch(ctx: Ctx, value: float) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    with pytest.raises(InvalidArgumentError, match="'bad'"):
+        ctx.store.add_metrics(owner, [MetricPoint("good", 1.0, 1.0),
+                                      MetricPoint("bad", value, 2.0)])
+    assert ctx.store.get_metrics(owner) == []
+
+
+def test_large_steps_and_empty_batches(ctx: Ctx) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    ctx.store.add_metrics(owner, [])
+    ctx.store.add_metrics(owner, [MetricPoint("m", 1.5, 1.0, 2**40)])
+    assert ctx.store.get_metrics(owner) == [MetricPoint("m", 1.5, 1.0, 2**40)]
+
+
+def test_ten_thousand_points_in_one_batch_are_fast(ctx: Ctx, db_url: str) -> None:
+    owner = run_owner(ctx.exp(), "r")
+    points = [MetricPoint("loss", 1.0 / (i + 1), 1000.0 + i * 0.001, i) for i in range(10_000)]
+    ctx.store.add_metrics(owner, points[:10])  # the connection is open, as in a real run
+    t = time.perf_counter()
+    ctx.store.add_metrics(owner, points[10:])
+    elapsed = time.perf_counter() - t
+    assert ctx.store.get_metrics(owner, "loss") == points
+    if db_url.startswith("sqlite"):
+        assert elapsed < 0.5, f"10,000 points took {elapsed:.3f} s on SQLite"
+
+
+# --- migration from 0001 ------------------------------------------------------------------
+
+def _database_at_0001(url: str) -> None:
+    """A database as shoal 0.1 (schema revision 0001) left it, with one job."""
+    from alembic import command
+    from alembic.config import Config
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(Path(schema.__file__).parent / "migrations"))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0001")
+            conn.execute(sa.text(
+                "INSERT INTO jobs (name, status, spec, secret, backend, created_at, updated_at) "
+                "VALUES ('old-job', 'completed', :spec, 's', 'local', 1, 2)"),
+                {"spec": '{"name": "old-job"}'})
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def test_a_0001_database_upgrades_and_keeps_its_jobs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    _database_at_0001(url)
+    with pytest.raises(SchemaOutOfDateError, match="0001"):
+        SqlMetadataStore.open(url)
+    assert upgrade_schema(url) == SCHEMA_REVISION
+    store = SqlMetadataStore.open(url)
+    try:
+        assert store.get_job("old-job").status == "completed"
+        store.ensure_experiment("after-upgrade")
+        store.create_run("after-upgrade", "r")
+        store.add_metrics(run_owner("after-upgrade", "r"), [MetricPoint("m", 1.0, 1.0)])
+        assert store.metric_names(run_owner("after-upgrade", "r")) == ["m"]
+    finally:
+        store.close()
