@@ -20,6 +20,8 @@ from shoal.errors import (
 )
 
 if TYPE_CHECKING:
+    from shoal.analytics import ExperimentAnalytics
+    from shoal.experiments import Run, load_run
     from shoal.remote_function import RemoteExecutor, get_future, list_futures, remote
     from shoal.session import Session, use
     from shoal.training import Estimator, PyTorch, SKLearn, TrainingInput
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Estimator",
+    "ExperimentAnalytics",
     "InvalidArgumentError",
     "JobCancelledError",
     "JobError",
@@ -36,6 +39,7 @@ __all__ = [
     "NotFoundError",
     "PyTorch",
     "RemoteExecutor",
+    "Run",
     "SKLearn",
     "Session",
     "ShoalError",
@@ -43,6 +47,7 @@ __all__ = [
     "__version__",
     "get_future",
     "list_futures",
+    "load_run",
     "remote",
     "use",
 ]
@@ -58,6 +63,9 @@ _LAZY = {
     "PyTorch": "shoal.training",
     "SKLearn": "shoal.training",
     "TrainingInput": "shoal.training",
+    "Run": "shoal.experiments",
+    "load_run": "shoal.experiments",
+    "ExperimentAnalytics": "shoal.analytics",
 }
 
 

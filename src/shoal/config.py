@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "default_admin_config_path",
     "default_user_config_path",
+    "job_run_context",
     "load_defaults",
 ]
 
@@ -114,6 +115,12 @@ def Settings(**kwargs: Any) -> Any:  # noqa: N802 - a factory that stands where 
                           "variables and the arguments given to Session().") from e
     settings._explicit = frozenset(kwargs)
     return settings
+
+
+def job_run_context() -> str | None:
+    """Inside a job: the JSON ``{"experiment_name", "run_name"}`` of the experiment run its
+    caller had open (``SHOAL_RUN_CONTEXT``, set by the supervisor), else None."""
+    return os.environ.get("SHOAL_RUN_CONTEXT") or None
 
 
 def default_admin_config_path() -> Path:

@@ -13,6 +13,7 @@ EXPECTED = [
     "JobTimeoutError", "NotFoundError", "RemoteExecutor", "Session", "ShoalError",
     "__version__", "get_future", "list_futures", "remote", "use",
     "Estimator", "PyTorch", "SKLearn", "TrainingInput",
+    "Run", "load_run", "ExperimentAnalytics",
 ]
 
 
@@ -80,3 +81,26 @@ def test_sagemaker_training_import_paths():
         assert name in params, name
     assert list(params)[:4] == ["image_uri", "role", "instance_count", "instance_type"]
     assert {"framework_version", "py_version"} <= set(inspect.signature(PyTorch).parameters)
+
+
+def test_sagemaker_experiments_import_paths():
+    from shoal.analytics import ExperimentAnalytics
+    from shoal.experiments import Run, current_run_context, load_run
+    from shoal.experiments.run import Run as RunAtRunPath
+    from shoal.experiments.run import load_run as load_run_at_run_path
+
+    assert Run is RunAtRunPath is shoal.Run and load_run is load_run_at_run_path is shoal.load_run
+    assert shoal.ExperimentAnalytics is ExperimentAnalytics and callable(current_run_context)
+    assert list(inspect.signature(Run).parameters) == [
+        "experiment_name", "run_name", "experiment_display_name", "run_display_name", "tags",
+        "sagemaker_session", "artifact_bucket", "artifact_prefix"]
+    assert list(inspect.signature(load_run).parameters)[:3] == [
+        "run_name", "experiment_name", "sagemaker_session"]
+    assert list(inspect.signature(Run.log_metric).parameters) == [
+        "self", "name", "value", "timestamp", "step"]  # SageMaker's order
+    for method in ("log_parameter", "log_parameters", "log_metric", "log_artifact", "log_file",
+                   "log_confusion_matrix", "log_precision_recall", "log_roc_curve", "close"):
+        assert callable(getattr(Run, method)), method
+    params = inspect.signature(ExperimentAnalytics).parameters
+    assert {"experiment_name", "sort_by", "sort_order", "metric_names", "parameter_names",
+            "sagemaker_session"} <= set(params)

@@ -1,4 +1,4 @@
-"""``shoal jobs``: list, describe, logs, cancel."""
+"""``shoal jobs``: list, describe, logs, metrics, cancel."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from shoal.cli._render import (
     shorten,
     status_text,
 )
+from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobStatus
 
 if TYPE_CHECKING:
@@ -105,14 +106,63 @@ def describe(
     service.reap()
     record = service.get(name)
     log_uri = service.log_uri(name)
+    metadata = service.metadata
+    summaries = metadata.metric_summaries(job_owner(name))
+    runs = metadata.runs_for_job(name)
     if as_json:
-        print(json.dumps(record_json(record, log_uri=log_uri), indent=2))
+        data = record_json(record, log_uri=log_uri)
+        data["metrics"] = [{"name": s.name, "count": s.count, "min": s.min, "max": s.max,
+                            "avg": s.avg, "last": s.last} for s in summaries]
+        data["runs"] = [{"experiment_name": r.experiment_name, "run_name": r.run_name}
+                        for r in runs]
+        print(json.dumps(data, indent=2))
         return
-    for i, (title, body) in enumerate(_describe_sections(record, log_uri)):
+    sections = _describe_sections(record, log_uri)
+    if runs:
+        sections.append(("Experiment runs", key_values(
+            [(f"{r.experiment_name}/{r.run_name}",
+              f"shoal {state.home_option()}runs show {r.run_name} --experiment "
+              f"{r.experiment_name}") for r in runs])))
+    if summaries:
+        sections.append(("Metrics", _metrics_summary(summaries, name)))
+    for i, (title, body) in enumerate(sections):
         if i:
             out().print()
         out().print(title, style="bold")
         emit(body)
+
+
+def _metrics_summary(summaries: list[Any], job: str) -> Any:
+    rows = [(s.name, f"{s.count} points, last {s.last:.6g}") for s in summaries]
+    rows.append(("plot", f"shoal {state.home_option()}jobs metrics {job}"))
+    return key_values(rows)
+
+
+@app.command()
+def metrics(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    metric: Annotated[str | None, typer.Option(
+        "--metric", "-m", help="The metric to plot (default: the first by name).")] = None,
+) -> None:
+    """A job's metrics: count, min, max, mean and last value of each, and a plot of one."""
+    from shoal.cli._experiments import metric_plot, metrics_table
+
+    service = state.session().jobs
+    service.get(name)  # JobNotFound names the job
+    owner = job_owner(name)
+    summaries = service.metadata.metric_summaries(owner)
+    if not summaries:
+        if metric is not None:
+            from shoal.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"job {name} has no metrics ({metric!r} asked for)",
+                                       job=name, metric=metric)
+        err().print(f"job {name} has no metrics")
+        return
+    plot = metric_plot(service.metadata, owner, summaries, metric)
+    emit(metrics_table(summaries))
+    out().print()
+    out().print(plot, highlight=False, markup=False)
 
 
 def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
 
 # Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
 from json import dumps as _json_dumps
@@ -22,9 +23,23 @@ from typing import Any
 from shoal.errors import PayloadIntegrityError, PayloadVersionError, SerializationError
 from shoal.serialization import Payload, deserialize, serialize
 
-__all__ = ["EXIT_OK", "EXIT_RAISED", "EXIT_REFUSED", "execute", "main", "run"]
+__all__ = ["EXIT_OK", "EXIT_RAISED", "EXIT_REFUSED", "JOB_END_HOOKS", "execute", "main", "run"]
 
 EXIT_OK, EXIT_RAISED, EXIT_REFUSED = 0, 1, 3
+
+#: Called once, then forgotten, when the job's function has returned or raised and before its
+#: outcome is reported. Libraries that buffer (experiment metrics) flush here: a forked job
+#: leaves with os._exit, so atexit handlers never run.
+JOB_END_HOOKS: list[Callable[[], None]] = []
+
+
+def _job_ended() -> None:
+    while JOB_END_HOOKS:
+        hook = JOB_END_HOOKS.pop(0)
+        try:
+            hook()
+        except BaseException:  # reported in the job's log; the function's outcome stands
+            sys.stderr.write(f"shoal: a job-end hook failed:\n{traceback.format_exc()}")
 
 
 def _read(workdir: Path, name: str) -> Payload:
@@ -61,7 +76,9 @@ def execute(function: Payload, arguments: Payload, key: str) -> tuple[int, dict[
     except BaseException as e:  # the user's exception, SystemExit and KeyboardInterrupt too
         tb = traceback.format_exc()
         sys.stderr.write(tb)
+        _job_ended()
         return EXIT_RAISED, _exception(e, tb, key)
+    _job_ended()
     try:
         payload = serialize(result, key, what=f"result of type {type(result).__qualname__}")
     except SerializationError as e:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from shoal.remote_function._options import RemoteOptions
+from shoal.remote_function._runs import link_to_run
 
 __all__ = ["remote"]
 
@@ -37,6 +38,7 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     spec, files = options.build_job(func, session, call_args=(*args, *kwargs.values()))
     service = session.jobs
     record = service.submit_function(spec, func, args, kwargs, files=files)
+    link_to_run(service.metadata, spec, record.name)
     if stream and sys.stdout.isatty():
         with _Progress(record.name) as progress:
             record = service.wait(record.name, on_output=progress.output,

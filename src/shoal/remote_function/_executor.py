@@ -22,6 +22,7 @@ from typing import Any
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
 from shoal.remote_function._options import RemoteOptions
+from shoal.remote_function._runs import link_to_run
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
 
@@ -165,6 +166,7 @@ class RemoteExecutor(Executor):
             future._job_ready.set()
             raise
         future._bind(service, record.name)  # sets _job_ready once the name is known
+        link_to_run(service.metadata, spec, record.name)
         record = service.wait(record.name)
         return service.outcome(record)
 

@@ -17,6 +17,7 @@ from shoal.core.clock import RandomIdFactory
 from shoal.core.jobs import JobKind, JobName, JobSpec
 from shoal.core.resources import resolve_instance_type
 from shoal.errors import InvalidArgumentError, ResourceUnavailableError
+from shoal.experiments import current_run_context
 
 __all__ = ["UNSET", "RemoteOptions"]
 
@@ -223,6 +224,9 @@ class RemoteOptions:
                                            f"{session.settings.backend} backend; it is kept "
                                            "on the job record")
         extra: dict[str, Any] = {"sys_path": _import_path()}
+        run = current_run_context()
+        if run is not None:  # the job's load_run() finds the caller's run (SHOAL_RUN_CONTEXT)
+            extra["run"] = run
         conda_env = self.resolve("job_conda_env", defaults)
         if conda_env not in (None, UNSET, ""):
             if not isinstance(conda_env, str) or not conda_env.strip():
