@@ -30,6 +30,8 @@
     │   ├── JobFailedError
     │   ├── JobCancelledError
     │   └── JobTimeoutError
+    ├── ModelExportError           a model could not be exported (to ONNX)
+    │   └── ModelVerificationError the exported model does not answer like its source
     ├── ServingError
     │   ├── ModelLoadError
     │   └── OverloadedError
@@ -62,8 +64,10 @@ __all__ = [
     "JobTimeoutError",
     "LaunchError",
     "MetadataStoreError",
+    "ModelExportError",
     "ModelLoadError",
     "ModelNotFound",
+    "ModelVerificationError",
     "NotFoundError",
     "OverloadedError",
     "PayloadIntegrityError",
@@ -225,6 +229,15 @@ class JobCancelledError(JobError):
 
 class JobTimeoutError(JobError):
     code = "JOB_TIMEOUT"
+
+
+class ModelExportError(ShoalError):
+    code = "MODEL_EXPORT_ERROR"
+    http_status = 400
+
+
+class ModelVerificationError(ModelExportError):
+    code = "MODEL_VERIFICATION_FAILED"
 
 
 class ServingError(ShoalError):
