@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "default_admin_config_path",
     "default_user_config_path",
+    "job_name",
     "job_run_context",
     "load_defaults",
 ]
@@ -115,6 +116,11 @@ def Settings(**kwargs: Any) -> Any:  # noqa: N802 - a factory that stands where 
                           "variables and the arguments given to Session().") from e
     settings._explicit = frozenset(kwargs)
     return settings
+
+
+def job_name() -> str | None:
+    """Inside a job: its name (``SHOAL_JOB_NAME``, set by the supervisor), else None."""
+    return os.environ.get("SHOAL_JOB_NAME") or None
 
 
 def job_run_context() -> str | None:

@@ -265,6 +265,25 @@ def test_executor_jobs_are_linked_and_jobs_outside_a_run_are_not(session):
         remote(_train_in_job)(1)
 
 
+@pytest.mark.parametrize("how", ["exec", "warm"])
+def test_the_last_batch_is_written_in_fresh_interpreters_and_warm_workers(tmp_path, how):
+    """A job run as 'python -m shoal.jobs._entrypoint' (its hooks live in __main__), or by a
+    warm worker that outlives the job: both write what load_run() buffered."""
+    from conftest import make_session
+
+    s = make_session(tmp_path / how, job_process="exec" if how == "exec" else "fork")
+    options = {"keep_alive_period_in_seconds": 30} if how == "warm" else {}
+    try:
+        with shoal.use(s):
+            for i in range(2):
+                with Run(experiment_name=how, run_name=f"r{i}"):
+                    assert remote(**options)(_log_without_closing)(1001 + i) == f"r{i}"
+                assert len(_metrics(s, how, f"r{i}", "acc")) == 1001 + i
+    finally:
+        s.backend.shutdown_launcher()
+        s.close()
+
+
 def _job_name() -> str:
     import os
 

@@ -54,16 +54,31 @@ def exit_(token: contextvars.Token[Run | None]) -> None:
 
 
 def track() -> None:
-    """Flush the runs' pending metrics at interpreter exit and, inside a job, when the job's
-    function ends (a forked job never runs atexit). Called when a run starts."""
+    """Flush the runs' pending metrics when the job's function ends, inside a job (a forked
+    job leaves with os._exit, so atexit never runs there), else at interpreter exit. Called
+    when a run starts."""
     global _ATEXIT
+    from shoal.config import job_name
+
+    hooks = _job_end_hooks() if job_name() else None
+    if hooks is not None:
+        # Not atexit as well: a warm worker runs many jobs and would pile up handlers.
+        if flush_open_runs not in hooks:
+            hooks.append(flush_open_runs)
+        return
     with _LOCK:
         if not _ATEXIT:
             atexit.register(flush_open_runs)
             _ATEXIT = True
-    entrypoint: Any = sys.modules.get("shoal.jobs._entrypoint")  # loaded only inside a job
-    if entrypoint is not None and flush_open_runs not in entrypoint.JOB_END_HOOKS:
-        entrypoint.JOB_END_HOOKS.append(flush_open_runs)
+
+
+def _job_end_hooks() -> list[Any] | None:
+    # A job started as 'python -m shoal.jobs._entrypoint' runs it as __main__.
+    for name in ("__main__", "shoal.jobs._entrypoint"):
+        hooks = getattr(sys.modules.get(name), "JOB_END_HOOKS", None)
+        if isinstance(hooks, list):
+            return hooks
+    return None
 
 
 def hold(run: Run) -> None:
