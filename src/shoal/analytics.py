@@ -83,7 +83,7 @@ class ExperimentAnalytics:
 
     def _fetch(self) -> Any:
         try:
-            import pandas as pd
+            import pandas as pd  # type: ignore[import-untyped]
         except ModuleNotFoundError as e:
             raise RuntimeEnvError("ExperimentAnalytics needs pandas; run 'pip install pandas' "
                                   "(or 'pip install shoal[experiments]')", module="pandas") from e

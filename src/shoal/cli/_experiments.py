@@ -152,7 +152,7 @@ def show_run(
 def _find_run(store: Any, run: str) -> RunRecord:
     from shoal.errors import InvalidArgumentError, RunNotFound
 
-    found = [r for e in store.list_experiments()
+    found: list[RunRecord] = [r for e in store.list_experiments()
              if (r := store.find_run(e.name, run)) is not None]
     if not found:
         raise RunNotFound(f"no run named {run!r} in any experiment; 'shoal experiments list' "

@@ -46,11 +46,12 @@ def line_plot(points: Sequence[MetricPoint], *, title: str, width: int = 72,
         return f"{title}: no points"
     ys = [p.value for p in points]
     stepped = all(p.step is not None for p in points)
-    xs = [float(p.step) for p in points] if stepped else [float(i) for i in range(len(ys))]
+    xs = ([float(p.step) for p in points if p.step is not None] if stepped
+          else [float(i) for i in range(len(ys))])
     if len(ys) > _MAX_POINTS:
         xs, ys = _buckets(xs, _MAX_POINTS), _buckets(ys, _MAX_POINTS)
     try:
-        import plotext as plt
+        import plotext as plt  # type: ignore[import-untyped]
 
         plt.clear_figure()
         plt.plotsize(width, height)

@@ -411,7 +411,7 @@ def _epoch(name: str, timestamp: Any) -> float:
     if isinstance(timestamp, datetime):
         if timestamp.tzinfo is None:  # SageMaker reads naive datetimes as UTC
             timestamp = timestamp.replace(tzinfo=UTC)
-        return timestamp.timestamp()
+        return float(timestamp.timestamp())
     try:
         return check_metric_value(name, timestamp)
     except InvalidArgumentError:
