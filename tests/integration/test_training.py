@@ -275,3 +275,33 @@ def test_bad_estimator_arguments_fail_when_built(session, tmp_path):
         Estimator(entry_point=str(script)).fit(job_name="bad name!")
     with pytest.raises(InvalidArgumentError, match="unknown Estimator argument"):
         Estimator(entry_point=str(script), epochs=3)
+
+
+def test_training_inside_a_run_is_linked_and_load_run_finds_it(session, tmp_path):
+    from shoal.core.experiments import run_owner
+    from shoal.experiments.run import Run
+
+    script = tmp_path / "tracked.py"
+    script.write_text(textwrap.dedent("""
+        from shoal.experiments.run import load_run
+        with load_run() as run:
+            run.log_parameter("batch_size", 32)
+            for step in range(3):
+                run.log_metric("script:loss", 1.0 / (step + 1), step=step)
+        print("val_acc=0.75")
+    """))
+    with Run(experiment_name="digits", run_name="cnn-1") as run:
+        run.log_parameter("optimizer", "adam")
+        est = Estimator(entry_point=str(script),
+                        metric_definitions=[{"Name": "val:acc", "Regex": r"val_acc=([0-9.]+)"}])
+        est.fit(logs=False)
+    name = est.latest_training_job.name
+    record = session.metadata.get_run("digits", "cnn-1")
+    assert name in record.jobs
+    assert record.parameters == {"optimizer": "adam", "batch_size": 32}
+    points = session.metadata.get_metrics(run_owner("digits", "cnn-1"))
+    assert [(p.value, p.step) for p in points if p.name == "script:loss"] == [
+        (1.0, 0), (0.5, 1), (1 / 3, 2)]
+    assert [p.value for p in points if p.name == "val:acc"] == [0.75]
+    desc = est.latest_training_job.describe()
+    assert desc["ExperimentConfig"] == {"ExperimentName": "digits", "RunName": "cnn-1"}
