@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
+import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 import shoal
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(360)
 def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
     home = tmp_path / "demo-home"
-    env = {**os.environ, "SHOAL_HOME": str(home)}
+    env = {**os.environ, "SHOAL_HOME": str(home), "OMP_NUM_THREADS": "1"}
     try:
         proc = subprocess.run([sys.executable, "-m", "shoal.cli", "demo"], env=env,
-                              capture_output=True, text=True, timeout=240,
+                              capture_output=True, text=True, timeout=340,
                               stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = proc.stdout
@@ -46,7 +54,72 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         assert "result [2, 4, 6]" in out and "scratch.tmp" not in out
         assert "preparing the job" in out
         assert "next 20 calls p50" in out
+        _check_training_section(out, tmp_path)
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()
         session.close()
+
+
+def _check_training_section(out: str, tmp_path: Path) -> None:
+    """Script mode: the MNIST CNN trained in a run, its accuracy, model_data and metrics."""
+    section = out[out.index("11. PyTorch(entry_point='train.py')"):]
+    accuracy = float(re.search(r"test accuracy (\d\.\d+) \(> 0\.8\)", section).group(1))
+    assert accuracy > 0.8
+    for epoch in (1, 2):  # the script's own lines, streamed from the job
+        assert re.search(rf"epoch {epoch}: train_loss=[0-9.]+ .*test_accuracy=[0-9.]+", section)
+    assert "onnx parity batch=1:" in section and "onnx parity batch=64:" in section
+    onnx_accuracy = float(re.search(r"model\.onnx in onnxruntime, all \d+ test images in one "
+                                    r"batch: accuracy (\d\.\d+)", section).group(1))
+    assert onnx_accuracy > 0.8
+    # The run holds the job and both series of its metric_definitions, two epochs each.
+    run = re.search(r"run mnist-digits/(cnn-\S+) Completed: jobs (train-\S+),", section)
+    assert run is not None, section
+    for metric in ("test:accuracy", "train:loss"):
+        assert re.search(rf"^{re.escape(metric)}\s+2\s", section, re.M), metric
+    assert f"shoal runs show {run.group(1)}" in section
+
+    # model_data: a tar.gz with the state dict and an ONNX model with a dynamic batch axis.
+    uri = re.search(r"model_data (file://\S+/output/model\.tar\.gz)", section).group(1)
+    assert run.group(2) in uri
+    path = Path(uri.removeprefix("file://"))
+    assert path.is_file()
+    with tarfile.open(path, "r:gz") as tar:
+        assert sorted(tar.getnames()) == ["model.onnx", "model.pth"]
+        tar.extractall(tmp_path / "model", filter="data")
+    import onnx
+    import torch
+
+    state = torch.load(tmp_path / "model" / "model.pth", weights_only=True)
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    assert shapes == {"conv1.weight": (32, 1, 3, 3), "conv1.bias": (32,),
+                      "conv2.weight": (64, 32, 3, 3), "conv2.bias": (64,),
+                      "fc1.weight": (128, 9216), "fc1.bias": (128,),
+                      "fc2.weight": (10, 128), "fc2.bias": (10,)}
+    model = onnx.load(str(tmp_path / "model" / "model.onnx"))
+    onnx.checker.check_model(model)
+    [batch_dim, *_] = model.graph.input[0].type.tensor_type.shape.dim
+    assert batch_dim.dim_param and not batch_dim.dim_value  # a named, dynamic batch axis
+
+
+def test_demo_training_script_fails_the_job_when_onnx_parity_fails(tmp_path: Path):
+    """The shipped train.py writes output/failure and exits non-zero when a check fails."""
+    script = importlib.resources.files("shoal.cli") / "demo_assets" / "train_mnist.py"
+    rng = np.random.default_rng(0)
+    for channel in ("training", "testing"):
+        (tmp_path / channel).mkdir()
+        np.savez(tmp_path / channel / "digits.npz",
+                 images=rng.random((8, 28, 28), dtype=np.float32),
+                 labels=rng.integers(0, 10, 8))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SM_MODEL_DIR": str(tmp_path / "model"),
+           "SM_OUTPUT_DIR": str(tmp_path / "output"),
+           "SM_CHANNEL_TRAINING": str(tmp_path / "training"),
+           "SM_CHANNEL_TESTING": str(tmp_path / "testing")}
+    # No epochs, and a tolerance nothing can meet: the parity check must fail the script.
+    proc = subprocess.run([sys.executable, str(script), "--epochs", "0", "--onnx-tolerance",
+                           "0"], env=env, capture_output=True, text=True, timeout=100,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failure = (tmp_path / "output" / "failure").read_text()
+    assert failure.startswith("ValueError: onnxruntime differs from torch by "), failure
+    assert "onnx parity batch=1:" in proc.stdout and "onnx parity batch=8:" in proc.stdout

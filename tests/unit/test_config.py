@@ -291,7 +291,9 @@ def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
 ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jobs/_process.py",
                        "jobs/_zygote.py", "jobs/_executor.py", "jobs/_child.py", "session.py", "envs/_uv.py",
                        "envs/_conda.py",
-                       "backends/")
+                       "backends/",
+                       # a user's training script that the demo ships as data and runs as a job
+                       "cli/demo_assets/")
 _ENV_USE = re.compile(r"\bos\.(environ|getenv)\b|\bfrom\s+os\s+import\b[^\n]*\b(environ|getenv)\b")
 
 

@@ -91,6 +91,9 @@ def run_demo() -> None:
         from shoal.cli._demo_envs import run_env_demo
 
         run_env_demo(session, 7)
+        from shoal.cli._demo_training import run_training_demo
+
+        run_training_demo(session, 11)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))
