@@ -21,28 +21,48 @@ from shoal.errors import (
 
 if TYPE_CHECKING:
     from shoal.analytics import ExperimentAnalytics
+    from shoal.deserializers import (
+        BytesDeserializer,
+        CSVDeserializer,
+        JSONDeserializer,
+        NumpyDeserializer,
+        StringDeserializer,
+    )
+    from shoal.endpoints import Model, Predictor
     from shoal.experiments import Run, load_run
     from shoal.remote_function import RemoteExecutor, get_future, list_futures, remote
+    from shoal.serializers import CSVSerializer, IdentitySerializer, JSONSerializer, NumpySerializer
     from shoal.session import Session, use
     from shoal.training import Estimator, PyTorch, SKLearn, TrainingInput
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BytesDeserializer",
+    "CSVDeserializer",
+    "CSVSerializer",
     "Estimator",
     "ExperimentAnalytics",
+    "IdentitySerializer",
     "InvalidArgumentError",
+    "JSONDeserializer",
+    "JSONSerializer",
     "JobCancelledError",
     "JobError",
     "JobFailedError",
     "JobTimeoutError",
+    "Model",
     "NotFoundError",
+    "NumpyDeserializer",
+    "NumpySerializer",
+    "Predictor",
     "PyTorch",
     "RemoteExecutor",
     "Run",
     "SKLearn",
     "Session",
     "ShoalError",
+    "StringDeserializer",
     "TrainingInput",
     "__version__",
     "get_future",
@@ -66,6 +86,13 @@ _LAZY = {
     "Run": "shoal.experiments",
     "load_run": "shoal.experiments",
     "ExperimentAnalytics": "shoal.analytics",
+    "Model": "shoal.endpoints",
+    "Predictor": "shoal.endpoints",
+    **{name: "shoal.serializers" for name in ("CSVSerializer", "IdentitySerializer",
+                                              "JSONSerializer", "NumpySerializer")},
+    **{name: "shoal.deserializers" for name in ("BytesDeserializer", "CSVDeserializer",
+                                                "JSONDeserializer", "NumpyDeserializer",
+                                                "StringDeserializer")},
 }
 
 

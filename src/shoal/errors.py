@@ -8,6 +8,7 @@
     │   ├── RunNotFound
     │   ├── ExperimentNotFound
     │   ├── ModelNotFound
+    │   ├── EndpointNotFound
     │   └── ArtifactNotFound
     ├── AlreadyExistsError
     ├── ConflictError
@@ -34,7 +35,9 @@
     │   └── ModelVerificationError the exported model does not answer like its source
     ├── ServingError
     │   ├── ModelLoadError
-    │   └── OverloadedError
+    │   ├── OverloadedError
+    │   ├── EndpointFailedError      an endpoint could not start (or stay) in service
+    │   └── InvocationError          a model server answered a request with 4xx/5xx
     └── ApiError
 
 Each class has one ``code`` (its wire name) and an ``http_status``; ``details`` carries
@@ -54,9 +57,12 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "ConflictError",
+    "EndpointFailedError",
+    "EndpointNotFound",
     "ExperimentNotFound",
     "InvalidArgumentError",
     "InvalidTransitionError",
+    "InvocationError",
     "JobCancelledError",
     "JobError",
     "JobFailedError",
@@ -137,6 +143,10 @@ class ExperimentNotFound(NotFoundError):
 
 class ModelNotFound(NotFoundError):
     code = "MODEL_NOT_FOUND"
+
+
+class EndpointNotFound(NotFoundError):
+    code = "ENDPOINT_NOT_FOUND"
 
 
 class ArtifactNotFound(NotFoundError):
@@ -251,6 +261,17 @@ class ModelLoadError(ServingError):
 class OverloadedError(ServingError):
     code = "OVERLOADED"
     http_status = 503
+
+
+class EndpointFailedError(ServingError):
+    code = "ENDPOINT_FAILED"
+
+
+class InvocationError(ServingError):
+    """``details``: ``status_code`` and ``body`` of the server's answer."""
+
+    code = "INVOCATION_ERROR"
+    http_status = 502
 
 
 class ApiError(ShoalError):

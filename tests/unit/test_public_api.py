@@ -14,6 +14,9 @@ EXPECTED = [
     "__version__", "get_future", "list_futures", "remote", "use",
     "Estimator", "PyTorch", "SKLearn", "TrainingInput",
     "Run", "load_run", "ExperimentAnalytics",
+    "Model", "Predictor", "JSONSerializer", "CSVSerializer", "NumpySerializer",
+    "IdentitySerializer", "JSONDeserializer", "CSVDeserializer", "NumpyDeserializer",
+    "BytesDeserializer", "StringDeserializer",
 ]
 
 
@@ -104,3 +107,37 @@ def test_sagemaker_experiments_import_paths():
     params = inspect.signature(ExperimentAnalytics).parameters
     assert {"experiment_name", "sort_by", "sort_order", "metric_names", "parameter_names",
             "sagemaker_session"} <= set(params)
+
+
+def test_sagemaker_serving_import_paths():
+    """``sagemaker.model``, ``.predictor``, ``.serializers`` and ``.deserializers`` ported."""
+    from shoal.deserializers import (
+        BytesDeserializer,
+        CSVDeserializer,
+        JSONDeserializer,
+        NumpyDeserializer,
+        StringDeserializer,
+    )
+    from shoal.model import Model
+    from shoal.predictor import Predictor
+    from shoal.serializers import CSVSerializer, IdentitySerializer, JSONSerializer, NumpySerializer
+
+    assert shoal.Model is Model and shoal.Predictor is Predictor
+    for cls in (CSVSerializer, IdentitySerializer, JSONSerializer, NumpySerializer):
+        assert getattr(shoal, cls.__name__) is cls and isinstance(cls().CONTENT_TYPE, str)
+    for cls in (BytesDeserializer, CSVDeserializer, JSONDeserializer, NumpyDeserializer,
+                StringDeserializer):
+        assert getattr(shoal, cls.__name__) is cls and isinstance(cls().ACCEPT, tuple)
+    model_params = list(inspect.signature(Model).parameters)
+    assert model_params[:2] == ["model_data", "image_uri"]
+    assert {"entry_point", "source_dir", "dependencies", "env", "name", "sagemaker_session",
+            "predictor_cls"} <= set(model_params)
+    deploy = inspect.signature(Model.deploy).parameters
+    assert list(deploy)[1:3] == ["initial_instance_count", "instance_type"]
+    assert {"serializer", "deserializer", "endpoint_name", "wait", "batching"} <= set(deploy)
+    predictor = inspect.signature(Predictor).parameters
+    assert list(predictor)[:4] == ["endpoint_name", "sagemaker_session", "serializer",
+                                   "deserializer"]
+    assert {"data", "initial_args", "target_model"} <= set(inspect.signature(
+        Predictor.predict).parameters)
+    assert callable(shoal.Estimator.deploy)

@@ -385,6 +385,25 @@ class Estimator:
     def stop(self) -> None:
         self._require_job().stop()
 
+    def deploy(self, initial_instance_count: int | None = None,
+               instance_type: str | None = None, serializer: Any = None,
+               deserializer: Any = None, endpoint_name: str | None = None,
+               wait: bool = True, **kwargs: Any) -> Any:
+        """Serve the latest training job's ``model_data`` on an endpoint (named after the job
+        unless *endpoint_name* is given); return its ``Predictor``. ``entry_point``,
+        ``source_dir``, ``dependencies``, ``env`` and ``model_name`` go to the ``Model``; the
+        rest to ``Model.deploy`` (``batching``, ``port``...)."""
+        from shoal.endpoints import Model
+
+        model_args = {k: kwargs.pop(k) for k in ("entry_point", "source_dir", "dependencies",
+                                                 "env", "predictor_cls") if k in kwargs}
+        kwargs.pop("use_compiled_model", None)
+        model = Model(self.model_data, name=kwargs.pop("model_name", None),
+                      sagemaker_session=self.sagemaker_session, **model_args)
+        return model.deploy(initial_instance_count, instance_type, serializer, deserializer,
+                            endpoint_name=endpoint_name or self._require_job().name,
+                            wait=wait, **kwargs)
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(entry_point={self.entry_point!r}, "
                 f"instance_type={self.instance_type!r}, instance_count={self.instance_count})")

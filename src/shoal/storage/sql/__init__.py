@@ -39,6 +39,7 @@ from shoal.errors import (
     MetadataStoreError,
     SchemaOutOfDateError,
 )
+from shoal.storage.sql._endpoints import EndpointTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
 
@@ -120,8 +121,8 @@ def upgrade_schema(url: str) -> str:
     return SCHEMA_REVISION
 
 
-class SqlMetadataStore(RunTables):
-    """Jobs and their history, experiments, runs and metrics in a SQL database.
+class SqlMetadataStore(RunTables, EndpointTables):
+    """Jobs and their history, experiments, runs and metrics, endpoints in a SQL database.
 
     Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
     statement building costs ~100× a SQLite round trip); SQLAlchemy still provides URLs,
@@ -299,8 +300,9 @@ class SqlMetadataStore(RunTables):
     def delete_all(self) -> None:
         """Remove every row (test clean-up on a shared PostgreSQL database)."""
         with self._db.tx(write=True) as cur:
-            for table in ("metrics", "run_jobs", "run_artifacts", "run_tags", "run_parameters",
-                          "runs", "experiments", "job_events", "jobs"):
+            for table in ("endpoint_instances", "endpoints", "metrics", "run_jobs",
+                          "run_artifacts", "run_tags", "run_parameters", "runs", "experiments",
+                          "job_events", "jobs"):
                 cur.execute(f"DELETE FROM {table}")
 
 

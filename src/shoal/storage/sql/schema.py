@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import sqlalchemy as sa
 
+from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.core.experiments import RunStatus
-from shoal.core.jobs import FailureKind, JobStatus
+from shoal.core.jobs import JobStatus
 
-__all__ = ["SCHEMA_REVISION", "experiments", "job_events", "jobs", "metadata", "metrics",
-           "run_artifacts", "run_jobs", "run_parameters", "run_tags", "runs"]
+__all__ = ["SCHEMA_REVISION", "endpoint_instances", "endpoints", "experiments", "job_events",
+           "jobs", "metadata", "metrics", "run_artifacts", "run_jobs", "run_parameters",
+           "run_tags", "runs"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 metadata = sa.MetaData()
 
 
-def _in(column: str, values: type[JobStatus] | type[FailureKind] | type[RunStatus], *,
-        name: str | None = None) -> sa.CheckConstraint:
+def _in(column: str, values: type[StrEnum], *, name: str | None = None) -> sa.CheckConstraint:
     allowed = ", ".join(f"'{v.value}'" for v in values)
     return sa.CheckConstraint(f"{column} IN ({allowed})", name=name or f"ck_{column}_valid")
 
@@ -131,4 +134,33 @@ metrics = sa.Table(
     sa.Column("step", sa.BigInteger),
     sa.Column("timestamp", sa.Float, nullable=False),
     sa.Index("ix_metrics_owner_name", "owner", "name"),
+)
+
+# --- endpoints (revision 0003) -------------------------------------------------------------
+
+endpoints = sa.Table(
+    "endpoints", metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("model_data", sa.Text, nullable=False),
+    sa.Column("config", sa.Text, nullable=False),  # JSON: EndpointConfig.to_json()
+    sa.Column("failure_reason", sa.Text),
+    sa.Column("supervisor", sa.Text, nullable=False, default="{}"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    _in("status", EndpointStatus, name="ck_endpoints_status_valid"),
+)
+
+endpoint_instances = sa.Table(
+    "endpoint_instances", metadata,
+    sa.Column("endpoint_name", sa.String(63),
+              sa.ForeignKey("endpoints.name", ondelete="CASCADE"), primary_key=True),
+    sa.Column("instance_index", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("pid", sa.Integer),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("restarts", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    _in("status", InstanceStatus, name="ck_endpoint_instances_status_valid"),
 )

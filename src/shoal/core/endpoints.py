@@ -1,0 +1,208 @@
+"""Endpoint types: what an endpoint serves and how (``EndpointConfig``), its lifecycle
+(SageMaker's ``EndpointStatus``), and the server processes behind it. Frozen values, no I/O;
+``shoal.endpoints`` starts and supervises the processes, the metadata store keeps the records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from shoal.errors import InvalidArgumentError, InvalidTransitionError
+
+__all__ = [
+    "ENDPOINT_TRANSITIONS",
+    "BatchingOptions",
+    "EndpointConfig",
+    "EndpointInstance",
+    "EndpointRecord",
+    "EndpointStatus",
+    "InstanceStatus",
+    "check_endpoint_name",
+    "check_endpoint_transition",
+]
+
+#: SageMaker's endpoint-name rule: 1-63 letters, digits or hyphens, no leading hyphen.
+_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+class EndpointStatus(StrEnum):
+    """SageMaker's ``EndpointStatus`` values that a shoal endpoint goes through."""
+
+    CREATING = "Creating"
+    IN_SERVICE = "InService"
+    UPDATING = "Updating"
+    FAILED = "Failed"
+    DELETING = "Deleting"
+
+    @property
+    def is_settled(self) -> bool:
+        """InService or Failed: ``deploy(wait=True)`` stops waiting here."""
+        return self in (EndpointStatus.IN_SERVICE, EndpointStatus.FAILED)
+
+
+class InstanceStatus(StrEnum):
+    """One server process: starting, answering ``/ping``, being restarted, or given up on."""
+
+    PENDING = "Pending"
+    IN_SERVICE = "InService"
+    RESTARTING = "Restarting"
+    FAILED = "Failed"
+
+
+_E = EndpointStatus
+#: The only moves an endpoint makes. A deleted endpoint's record is removed, not moved on.
+ENDPOINT_TRANSITIONS: Mapping[EndpointStatus, frozenset[EndpointStatus]] = {
+    _E.CREATING: frozenset({_E.IN_SERVICE, _E.FAILED, _E.DELETING}),
+    _E.IN_SERVICE: frozenset({_E.UPDATING, _E.FAILED, _E.DELETING}),
+    _E.UPDATING: frozenset({_E.IN_SERVICE, _E.FAILED, _E.DELETING}),
+    _E.FAILED: frozenset({_E.DELETING}),
+    _E.DELETING: frozenset(),
+}
+
+
+def check_endpoint_transition(name: str, current: EndpointStatus,
+                              new: EndpointStatus) -> None:
+    if new not in ENDPOINT_TRANSITIONS[current]:
+        raise InvalidTransitionError(f"endpoint {name!r} is {current}; it cannot become {new}",
+                                     endpoint=name, current=str(current), new=str(new))
+
+
+def check_endpoint_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidArgumentError(
+            f"endpoint name {name!r} must be 1-63 letters, digits or hyphens, starting with a "
+            "letter or digit", argument="endpoint_name")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingOptions:
+    """Server-side dynamic batching: up to *max_batch_size* requests, waiting at most
+    *max_batch_delay_ms* for the batch to fill."""
+
+    max_batch_size: int
+    max_batch_delay_ms: float
+
+    @classmethod
+    def parse(cls, value: Any) -> BatchingOptions | None:
+        """``None``, a ``BatchingOptions`` or ``{"max_batch_size": 8, "max_batch_delay_ms": 5}``."""
+        if value is None or isinstance(value, BatchingOptions):
+            return value
+        example = '{"max_batch_size": 8, "max_batch_delay_ms": 5}'
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError(f"batching must be a dict like {example}, got "
+                                       f"{type(value).__name__}", argument="batching")
+        unknown = sorted(set(map(str, value)) - {"max_batch_size", "max_batch_delay_ms"})
+        if unknown:
+            raise InvalidArgumentError(f"batching: unknown option(s) {', '.join(unknown)}; "
+                                       f"give {example}", argument="batching")
+        size = value.get("max_batch_size")
+        delay = value.get("max_batch_delay_ms", 5)
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 4096:
+            raise InvalidArgumentError(f"batching: max_batch_size must be an integer from 1 to "
+                                       f"4096, got {size!r}", argument="batching")
+        if not isinstance(delay, int | float) or isinstance(delay, bool) \
+                or not 0 <= delay <= 60_000:
+            raise InvalidArgumentError(f"batching: max_batch_delay_ms must be a number of "
+                                       f"milliseconds from 0 to 60000, got {delay!r}",
+                                       argument="batching")
+        return cls(size, float(delay))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_batch_size": self.max_batch_size,
+                "max_batch_delay_ms": self.max_batch_delay_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """How an endpoint serves its model.
+
+    *port* fixes the first instance's port (instance *i* listens on ``port + i``); None picks
+    free ports. *code* says the deployer shipped an entry point / source dir for ``code/``,
+    *requirements* that it shipped a requirements file for the model's own environment.
+    """
+
+    instance_count: int = 1
+    instance_type: str = "local"
+    batching: BatchingOptions | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    port: int | None = None
+    startup_timeout_s: float = 600.0
+    code: bool = False
+    entry_point: str | None = None
+    requirements: bool = False
+
+    def __post_init__(self) -> None:
+        count = self.instance_count
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
+            raise InvalidArgumentError(f"initial_instance_count must be an integer from 1 to "
+                                       f"64, got {count!r}", argument="initial_instance_count")
+        if self.port is not None and (not isinstance(self.port, int) or isinstance(
+                self.port, bool) or not 1 <= self.port <= 65535 - count + 1):
+            raise InvalidArgumentError(f"port must be an integer from 1 to 65535 (one port per "
+                                       f"instance from it), got {self.port!r}", argument="port")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
+            raise InvalidArgumentError("env must map str to str", argument="env")
+        if not isinstance(self.startup_timeout_s, int | float) or self.startup_timeout_s <= 0:
+            raise InvalidArgumentError("the startup timeout must be a positive number of "
+                                       f"seconds, got {self.startup_timeout_s!r}",
+                                       argument="container_startup_health_check_timeout")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance_count": self.instance_count, "instance_type": self.instance_type,
+                "batching": self.batching.to_json() if self.batching else None,
+                "env": dict(self.env), "port": self.port,
+                "startup_timeout_s": self.startup_timeout_s, "code": self.code,
+                "entry_point": self.entry_point, "requirements": self.requirements}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EndpointConfig:
+        return cls(instance_count=int(data.get("instance_count", 1)),
+                   instance_type=str(data.get("instance_type") or "local"),
+                   batching=BatchingOptions.parse(data.get("batching")),
+                   env=dict(data.get("env") or {}), port=data.get("port"),
+                   startup_timeout_s=float(data.get("startup_timeout_s", 600.0)),
+                   code=bool(data.get("code")), entry_point=data.get("entry_point"),
+                   requirements=bool(data.get("requirements")))
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointInstance:
+    """One supervised server process of an endpoint."""
+
+    index: int
+    host: str
+    port: int
+    pid: int | None = None
+    status: InstanceStatus = InstanceStatus.PENDING
+    restarts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRecord:
+    """An endpoint as stored: its model, config, state and instances (by index)."""
+
+    name: str
+    status: EndpointStatus
+    model_data: str
+    config: EndpointConfig
+    created_at: datetime
+    updated_at: datetime
+    failure_reason: str | None = None
+    instances: tuple[EndpointInstance, ...] = ()
+    #: The supervisor process (``pid``, ``host``, ``start_ticks``): the local backend's handle.
+    supervisor: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def serving(self) -> tuple[EndpointInstance, ...]:
+        """The instances answering requests now."""
+        return tuple(i for i in self.instances if i.status == InstanceStatus.IN_SERVICE)

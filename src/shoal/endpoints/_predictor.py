@@ -1,0 +1,211 @@
+"""``Predictor``: send requests to an endpoint's instances, SageMaker's way.
+
+The instance addresses come from the endpoint's record. Requests go round-robin over the
+instances in service through one pooled httpx client; a connection error moves on to another
+instance and re-reads the addresses (a restarted instance may be back, or gone), for up to
+``connect_retry_seconds``. A 4xx/5xx answer raises ``InvocationError`` with the server's
+status code and message.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.core.endpoints import EndpointInstance
+from shoal.deserializers import JSONDeserializer
+from shoal.endpoints._service import EndpointService, raise_unless_serving
+from shoal.errors import InvocationError, ServingError
+from shoal.serializers import JSONSerializer
+
+__all__ = ["Predictor"]
+
+# SageMaker runtime's request arguments and the headers the serving contract reads.
+_HEADERS = {"CustomAttributes": "X-Amzn-SageMaker-Custom-Attributes",
+            "TargetModel": "X-Amzn-SageMaker-Target-Model",
+            "TargetVariant": "X-Amzn-SageMaker-Target-Variant",
+            "InferenceId": "X-Amzn-SageMaker-Inference-Id"}
+
+
+def _session(given: Any) -> Any:
+    from shoal.session import Session, current
+
+    return given if isinstance(given, Session) else current()
+
+
+class Predictor:
+    """Real-time inference against a deployed endpoint.
+
+    Example:
+        >>> from shoal.predictor import Predictor                          # doctest: +SKIP
+        >>> from shoal.serializers import CSVSerializer                    # doctest: +SKIP
+        >>> p = Predictor("digits", serializer=CSVSerializer())            # doctest: +SKIP
+        >>> p.predict([[0.0] * 64])                                        # doctest: +SKIP
+    """
+
+    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+                 serializer: Any = None, deserializer: Any = None, component_name: Any = None,
+                 *, timeout: float = 60.0, connect_retry_seconds: float = 30.0,
+                 **kwargs: Any) -> None:
+        self.endpoint_name = endpoint_name
+        self.sagemaker_session = _session(sagemaker_session)
+        self.serializer = serializer if serializer is not None else JSONSerializer()
+        self.deserializer = deserializer if deserializer is not None else JSONDeserializer()
+        self.component_name = component_name
+        self._timeout = timeout
+        self._retry_seconds = connect_retry_seconds
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._instances: tuple[EndpointInstance, ...] = ()
+        self._turn = itertools.count()
+
+    # --- SageMaker's surface ------------------------------------------------------------
+
+    @property
+    def content_type(self) -> str:
+        return str(self.serializer.CONTENT_TYPE)
+
+    @property
+    def accept(self) -> tuple[str, ...]:
+        accept = self.deserializer.ACCEPT
+        return (accept,) if isinstance(accept, str) else tuple(accept)
+
+    @property
+    def endpoint(self) -> str:
+        """SageMaker's deprecated alias of ``endpoint_name``."""
+        return self.endpoint_name
+
+    def predict(self, data: Any, initial_args: Mapping[str, str] | None = None,
+                target_model: str | None = None, target_variant: str | None = None,
+                inference_id: str | None = None, custom_attributes: str | None = None,
+                component_name: str | None = None) -> Any:
+        """Serialize *data*, POST it to ``/invocations`` and deserialize the answer."""
+        args = dict(initial_args or {})
+        content_type = args.pop("ContentType", None) or self.content_type
+        accept = args.pop("Accept", None) or ", ".join(self.accept)
+        raw: Any = args.pop("Body", None)
+        if raw is None:
+            raw = self.serializer.serialize(data)
+        body: bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        for key, value in (("TargetModel", target_model), ("TargetVariant", target_variant),
+                           ("InferenceId", inference_id),
+                           ("CustomAttributes", custom_attributes)):
+            if value is not None:
+                args[key] = value
+        headers = {"Content-Type": content_type, "Accept": accept}
+        headers.update({_HEADERS[k]: str(v) for k, v in args.items() if k in _HEADERS})
+        response = self._post(body, headers)
+        return self.deserializer.deserialize(io.BytesIO(response.content),
+                                             response.headers.get("content-type", ""))
+
+    def delete_endpoint(self, delete_endpoint_config: bool = True) -> None:
+        """Stop the endpoint's servers and remove it."""
+        self.close()
+        EndpointService(self.sagemaker_session).delete(self.endpoint_name)
+
+    def delete_model(self) -> None:
+        """Nothing to do: a shoal endpoint's model has no record of its own."""
+
+    def describe(self) -> Any:
+        """The endpoint's record."""
+        return EndpointService(self.sagemaker_session).get(self.endpoint_name)
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> Predictor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Predictor(endpoint_name={self.endpoint_name!r}, serializer={self.serializer!r}"
+                f", deserializer={self.deserializer!r})")
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _http(self) -> Any:
+        import httpx
+
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(
+                    timeout=httpx.Timeout(self._timeout, connect=5.0),
+                    limits=httpx.Limits(max_keepalive_connections=32, max_connections=64))
+            return self._client
+
+    def _refresh(self) -> tuple[EndpointInstance, ...]:
+        record = EndpointService(self.sagemaker_session).get(self.endpoint_name)
+        raise_unless_serving(record)
+        self._instances = record.serving
+        return self._instances
+
+    def _pick(self) -> EndpointInstance | None:
+        instances = self._instances
+        if not instances:
+            return None
+        return instances[next(self._turn) % len(instances)]
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> Any:
+        import httpx
+
+        client = self._http()
+        if not self._instances:
+            self._refresh()
+        deadline = time.monotonic() + self._retry_seconds
+        tried: list[str] = []
+        last: Exception | None = None
+        delay = 0.05
+        while True:
+            for _ in range(max(1, len(self._instances))):
+                instance = self._pick()
+                if instance is None:
+                    break
+                try:
+                    response = client.post(f"{instance.url}/invocations", content=body,
+                                           headers=headers)
+                except httpx.TimeoutException as e:
+                    raise ServingError(
+                        f"endpoint {self.endpoint_name!r}: instance {instance.index} "
+                        f"({instance.url}) did not answer within {self._timeout:g} s",
+                        endpoint=self.endpoint_name) from e
+                except httpx.TransportError as e:  # refused or dropped: try another instance
+                    last = e
+                    tried.append(instance.url)
+                    continue
+                return self._check(response, instance)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(delay)  # the supervisor is restarting instances; look again
+            delay = min(delay * 2, 0.5)
+            self._refresh()
+        shown = ", ".join(sorted(set(tried))) or "none in service"
+        raise ServingError(f"endpoint {self.endpoint_name!r}: no instance answered within "
+                           f"{self._retry_seconds:g} s (tried {shown}); last error: "
+                           f"{type(last).__name__ if last else 'none'}: {last}",
+                           endpoint=self.endpoint_name) from last
+
+    def _check(self, response: Any, instance: EndpointInstance) -> Any:
+        if response.status_code < 400:
+            return response
+        text = response.text.strip()
+        message = text
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            message = str(data.get("message") or data.get("error") or data.get("detail")
+                          or text)
+        raise InvocationError(
+            f"endpoint {self.endpoint_name!r} answered {response.status_code} (instance "
+            f"{instance.index}, {instance.url}): {message[:2000]}",
+            endpoint=self.endpoint_name, status_code=response.status_code, body=text[:10000])

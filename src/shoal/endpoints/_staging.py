@@ -1,0 +1,186 @@
+"""What an endpoint's model directory is made of: the model data (a directory, a
+``model.tar.gz`` or any fsspec URL), the deployer's code (``entry_point`` / ``source_dir``,
+shipped as ``code/`` as SageMaker's repack does) and its own environment.
+
+The client packs the code (``pack_code``); the supervisor stages everything on its machine
+(``stage_model``) once for all the endpoint's instances and restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from shoal.errors import InvalidArgumentError, ServingError
+
+__all__ = ["check_model_data", "code_requirements", "pack_code", "server_requirements",
+           "serving_pythonpath", "stage_model"]
+
+_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def _skip(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    parts = info.name.split("/")
+    return None if "__pycache__" in parts or ".git" in parts else info
+
+
+def pack_code(archive: Path, *, entry_point: str | None, source_dir: Path | None,
+              dependencies: Sequence[Path] = ()) -> None:
+    """Write the model's ``code/`` as a tar.gz: *source_dir* (or the entry point alone), the
+    dependency directories, and the entry point again as ``inference.py`` when it has another
+    name, so the server's ``code/inference.py`` convention finds it."""
+    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+        if source_dir is not None:
+            for path in sorted(source_dir.rglob("*")):
+                rel = path.relative_to(source_dir)
+                if "__pycache__" in rel.parts or ".git" in rel.parts:
+                    continue
+                tar.add(path, arcname=rel.as_posix(), recursive=False)
+        elif entry_point is not None:
+            tar.add(entry_point, arcname=Path(entry_point).name)
+        for dep in dependencies:
+            tar.add(dep, arcname=dep.name, filter=_skip)
+        if entry_point is not None and Path(entry_point).name != "inference.py":
+            path = source_dir / entry_point if source_dir is not None else Path(entry_point)
+            tar.add(path, arcname="inference.py")
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def _local_path(uri: str) -> Path:
+    if uri.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return Path(unquote(urlparse(uri).path))
+    return Path(uri).expanduser()
+
+
+def check_model_data(model_data: str) -> None:
+    """Fail early, on the client, for a local model_data that is not there."""
+    if _is_local(model_data):
+        path = _local_path(model_data)
+        if not path.exists():
+            raise InvalidArgumentError(f"model_data {model_data} does not exist (looked for "
+                                       f"{path.resolve()})", argument="model_data")
+
+
+def _extract(archive: Path, target: Path) -> None:
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")  # no absolute paths, links out or devices
+    except (tarfile.TarError, OSError) as e:
+        raise ServingError(f"cannot unpack the model archive {archive}: {e}",
+                           path=str(archive)) from e
+
+
+def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> Path:
+    """The directory the server loads: *model_data* itself when it is a local directory and no
+    code is added, else a copy or unpacked archive under *target* with ``code/`` added."""
+    if target.exists():
+        shutil.rmtree(target)
+    if _is_local(model_data):
+        path = _local_path(model_data).resolve()
+        if path.is_dir():
+            if code_archive is None:
+                return path
+            shutil.copytree(path, target, symlinks=False)
+        elif path.is_file():
+            _place_file(path, target)
+        else:
+            raise ServingError(f"model_data {model_data} does not exist (looked for {path})",
+                               model_data=model_data)
+    else:
+        _fetch_remote(model_data, target)
+    if code_archive is not None:
+        code = target / "code"
+        if code.exists():  # code from the deployer replaces what the archive held
+            shutil.rmtree(code)
+        code.mkdir(parents=True)
+        _extract(code_archive, code)
+    return target
+
+
+def _place_file(path: Path, target: Path) -> None:
+    target.mkdir(parents=True)
+    if path.name.endswith(_TAR_SUFFIXES):
+        _extract(path, target)
+    else:  # a bare model file (model.onnx, model.joblib...)
+        shutil.copy2(path, target / path.name)
+
+
+def _fetch_remote(uri: str, target: Path) -> None:
+    import fsspec.core
+
+    try:
+        fs, path = fsspec.core.url_to_fs(uri)
+        if fs.isdir(path):
+            target.mkdir(parents=True)
+            fs.get(path.rstrip("/") + "/", str(target), recursive=True)
+            return
+        if not fs.exists(path):
+            raise ServingError(f"model_data {uri} does not exist", model_data=uri)
+        with tempfile.TemporaryDirectory(prefix="shoal-model-") as tmp:
+            local = Path(tmp) / Path(path).name
+            fs.get(path, str(local))
+            _place_file(local, target)
+    except ServingError:
+        raise
+    except Exception as e:  # fsspec backends raise their own types (botocore, OSError...)
+        raise ServingError(f"cannot fetch model_data {uri}: {type(e).__name__}: {e}. For "
+                           "s3:// install shoal[s3].", model_data=uri) from e
+
+
+def code_requirements(model_dir: Path) -> str | None:
+    """``code/requirements.txt`` of the model, when it has one."""
+    path = model_dir / "code" / "requirements.txt"
+    return path.read_text() if path.is_file() else None
+
+
+def server_requirements(distributions: Sequence[str]) -> tuple[str, ...]:
+    """The model server's own packages, pinned to the versions the client runs, so the
+    model's environment serves exactly as the client's would."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = []
+    for dist in distributions:
+        try:
+            pins.append(f"{dist}=={version(dist)}")
+        except PackageNotFoundError:
+            pins.append(dist)
+    return tuple(pins)
+
+
+def serving_pythonpath(root: Path) -> Path:
+    """A directory holding shoal's package, for an isolated environment's PYTHONPATH.
+
+    A source checkout's ``src/`` holds only shoal, so it is used as it is; an installed shoal
+    lives among the client's packages, which must stay out of the model's environment, so the
+    package is copied (once per content) under *root*.
+    """
+    package = Path(__file__).resolve().parent.parent
+    parent = package.parent
+    if parent.name not in ("site-packages", "dist-packages"):
+        return parent
+    h = hashlib.sha256()
+    files = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    for path in files:
+        h.update(str(path.relative_to(package)).encode())
+        h.update(path.read_bytes())
+    target = root / h.hexdigest()[:16]
+    if (target / "shoal" / "__init__.py").exists():
+        return target
+    tmp = root / f".tmp-{uuid.uuid4().hex}"
+    shutil.copytree(package, tmp / "shoal", ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another supervisor put the same copy in place first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

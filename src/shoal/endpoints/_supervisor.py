@@ -1,0 +1,394 @@
+"""An endpoint's supervisor: one detached process that keeps its model servers running.
+
+It stages the model once (``_staging.py``), builds the model's own environment when it asks
+for one, starts ``instance_count`` server processes (``python -m shoal.serving``) on
+127.0.0.1, waits for each ``/ping`` to answer 200 and then marks the endpoint InService with
+their addresses. A server that dies is restarted on the same port after a bounded backoff
+(restarts are counted on the record). SIGTERM, or the record moving to Deleting, stops them
+all and removes the record. An instance that never becomes healthy fails the endpoint with
+the end of its output (a traceback, usually) and its log is kept in the artifact store under
+``endpoints/<name>/logs/``.
+
+The servers die with the supervisor (PR_SET_PDEATHSIG), so no orphan keeps a port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shoal.core.endpoints import (
+    EndpointInstance,
+    EndpointRecord,
+    EndpointStatus,
+    InstanceStatus,
+)
+from shoal.endpoints._service import endpoint_key
+from shoal.endpoints._staging import (
+    code_requirements,
+    server_requirements,
+    serving_pythonpath,
+    stage_model,
+)
+from shoal.errors import ArtifactNotFound, EndpointNotFound, InvalidTransitionError, ShoalError
+
+__all__ = ["EndpointSupervisor", "main"]
+
+HOST = "127.0.0.1"
+SERVER_MODULE = "shoal.serving"
+#: What the model server imports, pinned to the client's versions in a model's own env.
+SERVER_DISTRIBUTIONS = ("fastapi", "starlette", "uvicorn", "numpy", "onnxruntime", "httpx",
+                        "fsspec", "pydantic")
+MAX_BACKOFF_S = 30.0
+#: An instance that fails to come back this many times in a row fails the endpoint.
+MAX_FAILED_STARTS = 5
+_TAIL_LINES = 40
+_PR_SET_PDEATHSIG = 1
+
+
+class _Failed(Exception):
+    """The endpoint cannot be served; the message is its failure reason."""
+
+
+@dataclass
+class _Instance:
+    index: int
+    port: int
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    status: InstanceStatus = InstanceStatus.PENDING
+    restarts: int = 0
+    failed_starts: int = 0
+    deadline: float = 0.0
+    restart_at: float | None = None
+    pings: int = field(default=0)
+
+    def record(self) -> EndpointInstance:
+        pid = self.proc.pid if self.proc is not None else None
+        return EndpointInstance(self.index, HOST, self.port, pid, self.status, self.restarts)
+
+
+def _die_with_parent() -> None:
+    """In the server's child process: get SIGTERM when the supervisor dies."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    try:
+        data = path.read_bytes()[-16384:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").rstrip().splitlines()[-lines:])
+
+
+class EndpointSupervisor:
+    def __init__(self, session: Any, name: str) -> None:
+        self._session = session
+        self._store = session.metadata
+        self._name = name
+        self._dir = Path(session.home) / "endpoints" / name
+        self._stopping = False  # set by SIGTERM; a flag, as a handler must not take locks
+        self._startup_timeout = 600.0
+        self._instances: list[_Instance] = []
+        self._argv: list[str] = []
+        self._env: dict[str, str] = {}
+        self._cwd: Path | None = None
+        self._client: Any = None
+
+    def _say(self, message: str) -> None:
+        sys.stdout.write(f"[shoal] endpoint {self._name}: {message}\n")
+        sys.stdout.flush()
+
+    def request_stop(self, *_: Any) -> None:
+        self._stopping = True
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep a little (a signal cuts it short); True when asked to stop."""
+        if not self._stopping:
+            time.sleep(seconds)
+        return self._stopping
+
+    # --- the whole life ---------------------------------------------------------------
+
+    def run(self) -> int:
+        import httpx
+
+        record = self._store.find_endpoint(self._name)
+        if record is None or record.status != EndpointStatus.CREATING:
+            self._say("nothing to do (deleted, or not Creating)")
+            return 0
+        self._client = httpx.Client(timeout=2.0)
+        try:
+            try:
+                self._prepare(record)
+                self._start_all(record)
+                if not self._stopping:
+                    self._store.update_endpoint(self._name, status=EndpointStatus.IN_SERVICE,
+                                                expected=EndpointStatus.CREATING)
+                    self._say(f"InService on {', '.join(str(i.port) for i in self._instances)}")
+                    self._watch()
+            except _Failed as e:
+                self._fail(str(e))
+                return 1
+            except (EndpointNotFound, InvalidTransitionError):
+                self._say("deleted while running; stopping")
+            self._shutdown(remove=True)
+            return 0
+        finally:
+            self._kill_all()
+            self._client.close()
+
+    def _fail(self, reason: str) -> None:
+        self._say(f"failed: {reason}")
+        self._kill_all()
+        self._upload_logs()
+        with contextlib.suppress(EndpointNotFound, InvalidTransitionError):
+            self._store.update_endpoint(self._name, status=EndpointStatus.FAILED,
+                                        failure_reason=reason)
+            self._store.remove_endpoint_instances(self._name)
+
+    # --- preparing --------------------------------------------------------------------
+
+    def _prepare(self, record: EndpointRecord) -> None:
+        import shutil
+
+        cfg = record.config
+        self._startup_timeout = float(cfg.startup_timeout_s)
+        if self._dir.exists():
+            shutil.rmtree(self._dir, ignore_errors=True)
+        (self._dir / "logs").mkdir(parents=True)
+        artifacts = self._session.artifacts
+        try:
+            code_archive = None
+            if cfg.code:
+                code_archive = self._dir / "code.tar.gz"
+                artifacts.get_file(endpoint_key(self._name, "code", "code.tar.gz"), code_archive)
+            model_dir = stage_model(record.model_data, self._dir / "model",
+                                    code_archive=code_archive)
+            requirements = None
+            if cfg.requirements:
+                requirements = artifacts.get_bytes(
+                    endpoint_key(self._name, "env", "requirements.txt")).decode()
+        except (ShoalError, OSError) as e:
+            if isinstance(e, ArtifactNotFound):
+                raise _Failed(f"the deployer's code or requirements are missing: {e}") from e
+            raise _Failed(str(e)) from e
+        python, pythonpath = self._environment(model_dir, requirements)
+        self._cwd = model_dir
+        self._argv = [python, "-m", SERVER_MODULE, "--model", str(model_dir), "--host", HOST]
+        if cfg.batching is not None:
+            self._argv += ["--max-batch-size", str(cfg.batching.max_batch_size),
+                           "--max-batch-delay-ms", f"{cfg.batching.max_batch_delay_ms:g}"]
+        # The client's environment, less shoal's own settings: the server reads none of them.
+        env = {k: v for k, v in self._session.supervisor_env().items()
+               if not k.startswith("SHOAL_")}
+        env.update(cfg.env)
+        if cfg.entry_point:
+            env.setdefault("SAGEMAKER_PROGRAM", "inference.py")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONUNBUFFERED"] = "1"
+        self._env = env
+        for index in range(cfg.instance_count):
+            port = cfg.port + index if cfg.port is not None else _free_port()
+            if cfg.port is not None and _port_in_use(port):
+                raise _Failed(f"port {port} on {HOST} (instance {index}) is already in use; "
+                              "choose another port, or leave port unset to use free ones")
+            self._instances.append(_Instance(index, port, self._dir / "logs" /
+                                             f"instance-{index}.log"))
+
+    def _environment(self, model_dir: Path, requirements: str | None) -> tuple[str, str]:
+        """The interpreter and PYTHONPATH entry the servers run with."""
+        here = str(serving_pythonpath(Path(self._session.home) / "envs" / "serving-runtime"))
+        wanted = [text for text in (requirements, code_requirements(model_dir)) if text]
+        if not wanted:
+            return sys.executable, here
+        self._say("building the model's environment")
+        try:
+            built = self._session.env_builder.ensure(
+                "\n".join(wanted), base_dir=model_dir / "code",
+                extra=server_requirements(SERVER_DISTRIBUTIONS),
+                log=lambda msg: sys.stdout.write(msg))
+        except ShoalError as e:
+            raise _Failed(f"the model's environment could not be built: {e}") from e
+        self._say(f"environment {built.key[:12]} ({'cached' if built.cached else 'built'})")
+        return str(built.python), here
+
+    # --- running instances ------------------------------------------------------------
+
+    def _launch(self, inst: _Instance) -> None:
+        inst.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(inst.log, "ab") as log:
+            inst.proc = subprocess.Popen(
+                [*self._argv, "--port", str(inst.port)], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=self._env, cwd=self._cwd,
+                preexec_fn=_die_with_parent)
+        inst.status = InstanceStatus.PENDING if inst.restarts == 0 else InstanceStatus.RESTARTING
+        inst.deadline = time.monotonic() + self._startup_timeout
+        inst.restart_at = None
+        self._store.put_endpoint_instance(self._name, inst.record())
+        self._say(f"instance {inst.index} started (pid {inst.proc.pid}, port {inst.port})")
+
+    def _healthy(self, inst: _Instance) -> bool:
+        try:
+            return bool(self._client.get(f"http://{HOST}:{inst.port}/ping").status_code == 200)
+        except Exception:  # not listening yet, or busy loading: not healthy yet
+            return False
+
+    def _start_all(self, record: EndpointRecord) -> None:
+        for inst in self._instances:
+            self._launch(inst)
+        delay = 0.02
+        while True:
+            pending = [i for i in self._instances if i.status != InstanceStatus.IN_SERVICE]
+            if not pending:
+                return
+            for inst in pending:
+                self._check_starting(inst, first=True)
+            if self._pause(delay):
+                return
+            delay = min(delay * 1.5, 0.25)
+
+    def _check_starting(self, inst: _Instance, *, first: bool) -> None:
+        """One look at a starting instance: healthy, exited, or out of time."""
+        if inst.proc is None:
+            return
+        code = inst.proc.poll()
+        if code is None and self._healthy(inst):
+            inst.status = InstanceStatus.IN_SERVICE
+            inst.failed_starts = 0
+            self._store.put_endpoint_instance(self._name, inst.record())
+            self._say(f"instance {inst.index} in service (pid {inst.proc.pid})")
+            return
+        if code is None and time.monotonic() < inst.deadline:
+            return
+        if code is None:
+            self._terminate(inst)
+            what = (f"did not answer /ping with 200 within {self._startup_timeout:g} s "
+                    "(container_startup_health_check_timeout)")
+        else:
+            what = f"exited with code {code} while loading the model"
+        reason = (f"instance {inst.index} (port {inst.port}) {what}; its output ends with:\n"
+                  f"{_tail(inst.log)}")
+        if first:
+            raise _Failed(reason)
+        inst.failed_starts += 1
+        if inst.failed_starts >= MAX_FAILED_STARTS:
+            raise _Failed(f"{reason}\n(it failed to restart {inst.failed_starts} times in a row)")
+        self._schedule_restart(inst)
+
+    def _schedule_restart(self, inst: _Instance) -> None:
+        backoff = min(MAX_BACKOFF_S, 0.5 * 2 ** inst.failed_starts)
+        inst.restart_at = time.monotonic() + backoff
+        inst.status = InstanceStatus.RESTARTING
+        inst.restarts += 1
+        self._store.put_endpoint_instance(self._name, inst.record())
+        self._say(f"instance {inst.index} restarts in {backoff:.1f} s (restart {inst.restarts})")
+
+    def _watch(self) -> None:
+        """Keep the instances up until asked to stop; restart the ones that die."""
+        next_check = 0.0
+        while not self._pause(0.05):
+            now = time.monotonic()
+            for inst in self._instances:
+                if inst.restart_at is not None:
+                    if now >= inst.restart_at:
+                        self._launch(inst)
+                elif inst.status != InstanceStatus.IN_SERVICE:
+                    self._check_starting(inst, first=False)
+                elif inst.proc is not None and (code := inst.proc.poll()) is not None:
+                    self._say(f"instance {inst.index} (pid {inst.proc.pid}) exited with code "
+                              f"{code}; output ends with:\n{_tail(inst.log, 10)}")
+                    self._schedule_restart(inst)
+            if now >= next_check:  # deletion is also visible on the record (any host)
+                next_check = now + 0.5
+                record = self._store.find_endpoint(self._name)
+                if record is None or record.status == EndpointStatus.DELETING:
+                    return
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def _terminate(self, inst: _Instance, timeout: float = 10.0) -> None:
+        proc = inst.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+
+    def _kill_all(self) -> None:
+        for inst in self._instances:
+            if inst.proc is not None and inst.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    inst.proc.terminate()
+        for inst in self._instances:
+            self._terminate(inst, timeout=5.0)
+
+    def _shutdown(self, *, remove: bool) -> None:
+        self._say("stopping")
+        self._kill_all()
+        self._upload_logs()
+        if remove:
+            self._store.delete_endpoint(self._name)
+            import shutil
+
+            shutil.rmtree(self._dir / "model", ignore_errors=True)
+        self._say("stopped")
+
+    def _upload_logs(self) -> None:
+        artifacts = self._session.artifacts
+        for inst in self._instances:
+            if inst.log.exists():
+                with contextlib.suppress(Exception):
+                    artifacts.put_file(endpoint_key(self._name, "logs", inst.log.name), inst.log)
+
+
+def main(name: str) -> int:
+    """Entry point of an endpoint's supervisor (forked by the launcher, or spawned)."""
+    from shoal.session import Session
+
+    session = Session()
+    supervisor = EndpointSupervisor(session, name)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    try:
+        return supervisor.run()
+    finally:
+        session.close()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,153 @@
+"""``sagemaker.serializers``' path: turn Python data into an ``/invocations`` request body.
+
+Each serializer has a ``CONTENT_TYPE`` (sent as the request's Content-Type) and
+``serialize(data) -> bytes | str``. numpy is imported only by the calls that need it, and
+nothing here unpickles or pickles: ``NumpySerializer`` refuses object arrays.
+
+Example:
+    >>> from shoal.serializers import CSVSerializer
+    >>> CSVSerializer().serialize([[1, 2], [3, 4]])
+    '1,2\\n3,4'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from shoal.errors import InvalidArgumentError
+
+__all__ = ["CSVSerializer", "IdentitySerializer", "JSONSerializer", "NumpySerializer",
+           "SimpleBaseSerializer"]
+
+
+class SimpleBaseSerializer:
+    """SageMaker's name for a serializer with a settable content type (kept for ports that
+    subclass it); ``serialize`` is the subclass's."""
+
+    def __init__(self, content_type: str = "application/json") -> None:
+        if not isinstance(content_type, str):
+            raise InvalidArgumentError(f"content_type must be a string, got {content_type!r}",
+                                       argument="content_type")
+        self.content_type = content_type
+
+    @property
+    def CONTENT_TYPE(self) -> str:  # noqa: N802 (SageMaker's name)
+        return self.content_type
+
+    def serialize(self, data: Any) -> bytes | str:
+        raise NotImplementedError(f"{type(self).__name__} must implement serialize()")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(content_type={self.content_type!r})"
+
+
+def _is_ndarray(data: Any) -> bool:
+    return type(data).__module__ == "numpy" and type(data).__name__ == "ndarray"
+
+
+class JSONSerializer(SimpleBaseSerializer):
+    """JSON text; numpy arrays (also as values of a dict) become lists."""
+
+    def __init__(self, content_type: str = "application/json") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> str:
+        if isinstance(data, dict):
+            return json.dumps({k: v.tolist() if _is_ndarray(v) else v for k, v in data.items()})
+        if hasattr(data, "read"):
+            return data.read()  # type: ignore[no-any-return]
+        if _is_ndarray(data):
+            return json.dumps(data.tolist())
+        try:
+            return json.dumps(data)
+        except TypeError as e:
+            raise InvalidArgumentError(f"JSONSerializer cannot serialize {type(data).__name__}: "
+                                       f"{e}", argument="data") from e
+
+
+class CSVSerializer(SimpleBaseSerializer):
+    """Comma-separated rows: a flat sequence is one row, a sequence of sequences many."""
+
+    def __init__(self, content_type: str = "text/csv") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> str:
+        if isinstance(data, str):
+            return data
+        if hasattr(data, "read"):
+            return data.read()  # type: ignore[no-any-return]
+        if hasattr(data, "to_csv"):  # a pandas DataFrame
+            return data.to_csv(header=False, index=False).rstrip("\n")  # type: ignore[no-any-return]
+        if _is_ndarray(data) and data.ndim > 1:
+            data = data.tolist()
+        if _is_sequence(data) and len(data) and all(_is_sequence(row) for row in data):
+            return "\n".join(self._row(row) for row in data)
+        return self._row(data)
+
+    @staticmethod
+    def _row(data: Any) -> str:
+        if isinstance(data, str):
+            return data
+        if _is_ndarray(data):
+            data = data.flatten().tolist()
+        if not hasattr(data, "__len__"):
+            raise InvalidArgumentError(f"CSVSerializer cannot serialize {type(data).__name__}; "
+                                       "give a list, a list of lists, an array or a string",
+                                       argument="data")
+        if len(data) == 0:
+            raise InvalidArgumentError("CSVSerializer cannot serialize an empty row",
+                                       argument="data")
+        buffer = io.StringIO()
+        csv.writer(buffer, delimiter=",").writerow(list(data))
+        return buffer.getvalue().rstrip("\r\n")
+
+
+def _is_sequence(data: Any) -> bool:
+    return (isinstance(data, Iterable) and hasattr(data, "__len__")
+            and not isinstance(data, str | bytes | dict))
+
+
+class NumpySerializer(SimpleBaseSerializer):
+    """A NumPy ``.npy`` file (``application/x-npy``), written without pickle."""
+
+    def __init__(self, dtype: Any = None, content_type: str = "application/x-npy") -> None:
+        super().__init__(content_type)
+        self.dtype = dtype
+
+    def serialize(self, data: Any) -> bytes:
+        import numpy as np
+
+        if hasattr(data, "read"):
+            return data.read()  # type: ignore[no-any-return]
+        if isinstance(data, np.ndarray):
+            array = data if self.dtype is None else data.astype(self.dtype)
+        else:
+            if isinstance(data, list | tuple) and len(data) == 0:
+                raise InvalidArgumentError("NumpySerializer cannot serialize an empty list",
+                                           argument="data")
+            array = np.array(data, dtype=self.dtype)
+        if array.size == 0:
+            raise InvalidArgumentError("NumpySerializer cannot serialize an empty array",
+                                       argument="data")
+        if array.dtype.hasobject:
+            raise InvalidArgumentError(
+                "NumpySerializer writes .npy without pickle, so it cannot send an object array "
+                f"(dtype {array.dtype}); give numbers of one type (e.g. a float32 array)",
+                argument="data")
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        return buffer.getvalue()
+
+
+class IdentitySerializer(SimpleBaseSerializer):
+    """The data as given (bytes or str), with the content type you name."""
+
+    def __init__(self, content_type: str = "application/octet-stream") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> Any:
+        return data
