@@ -9,6 +9,7 @@ status code and message.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import threading
@@ -120,6 +121,14 @@ class Predictor:
         if client is not None:
             client.close()
 
+    def __del__(self) -> None:
+        # Predictors are rarely closed (SageMaker's need no closing): release the pooled
+        # connections when this one goes away rather than leaving sockets to the GC.
+        client = getattr(self, "_client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
     def __enter__(self) -> Predictor:
         return self
 
@@ -207,5 +216,5 @@ class Predictor:
                           or text)
         raise InvocationError(
             f"endpoint {self.endpoint_name!r} answered {response.status_code} (instance "
-            f"{instance.index}, {instance.url}): {message[:2000]}",
+            f"{instance.index}, {instance.url}): {' '.join(message.split())[:2000]}",
             endpoint=self.endpoint_name, status_code=response.status_code, body=text[:10000])

@@ -47,8 +47,8 @@ __all__ = ["EndpointSupervisor", "main"]
 HOST = "127.0.0.1"
 SERVER_MODULE = "shoal.serving"
 #: What the model server imports, pinned to the client's versions in a model's own env.
-SERVER_DISTRIBUTIONS = ("fastapi", "starlette", "uvicorn", "numpy", "onnxruntime", "httpx",
-                        "fsspec", "pydantic")
+SERVER_DISTRIBUTIONS = ("uvicorn", "httptools", "uvloop", "numpy", "onnxruntime",
+                        "prometheus-client", "fsspec", "rich")
 MAX_BACKOFF_S = 30.0
 #: An instance that fails to come back this many times in a row fails the endpoint.
 MAX_FAILED_STARTS = 5
@@ -63,7 +63,8 @@ class _Failed(Exception):
 @dataclass
 class _Instance:
     index: int
-    port: int
+    #: None until the server has bound a free port of its choosing (and written it down).
+    port: int | None
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     status: InstanceStatus = InstanceStatus.PENDING
@@ -73,21 +74,29 @@ class _Instance:
     restart_at: float | None = None
     pings: int = field(default=0)
 
+    @property
+    def port_file(self) -> Path:
+        return self.log.with_suffix(".port")
+
     def record(self) -> EndpointInstance:
         pid = self.proc.pid if self.proc is not None else None
-        return EndpointInstance(self.index, HOST, self.port, pid, self.status, self.restarts)
+        return EndpointInstance(self.index, HOST, self.port or 0, pid, self.status,
+                                self.restarts)
+
+    def read_port(self) -> int | None:
+        """The port the server bound (it writes the file once it listens)."""
+        if self.port is None:
+            try:
+                self.port = int(self.port_file.read_text().strip())
+            except (OSError, ValueError):
+                return None
+        return self.port
 
 
 def _die_with_parent() -> None:
     """In the server's child process: get SIGTERM when the supervisor dies."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _port_in_use(port: int) -> bool:
@@ -116,6 +125,7 @@ class EndpointSupervisor:
         self._dir = Path(session.home) / "endpoints" / name
         self._stopping = False  # set by SIGTERM; a flag, as a handler must not take locks
         self._startup_timeout = 600.0
+        self._fixed_port: int | None = None
         self._instances: list[_Instance] = []
         self._argv: list[str] = []
         self._env: dict[str, str] = {}
@@ -181,6 +191,7 @@ class EndpointSupervisor:
 
         cfg = record.config
         self._startup_timeout = float(cfg.startup_timeout_s)
+        self._fixed_port = cfg.port
         if self._dir.exists():
             shutil.rmtree(self._dir, ignore_errors=True)
         (self._dir / "logs").mkdir(parents=True)
@@ -217,8 +228,8 @@ class EndpointSupervisor:
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
         for index in range(cfg.instance_count):
-            port = cfg.port + index if cfg.port is not None else _free_port()
-            if cfg.port is not None and _port_in_use(port):
+            port = cfg.port + index if cfg.port is not None else None
+            if port is not None and _port_in_use(port):
                 raise _Failed(f"port {port} on {HOST} (instance {index}) is already in use; "
                               "choose another port, or leave port unset to use free ones")
             self._instances.append(_Instance(index, port, self._dir / "logs" /
@@ -245,20 +256,27 @@ class EndpointSupervisor:
 
     def _launch(self, inst: _Instance) -> None:
         inst.log.parent.mkdir(parents=True, exist_ok=True)
+        inst.port_file.unlink(missing_ok=True)
+        # Port 0 lets the server bind a free port itself (no race with another process); a
+        # restart asks for the same port again, so the instance keeps its address.
+        argv = [*self._argv, "--port", str(inst.port or 0), "--port-file", str(inst.port_file)]
         with open(inst.log, "ab") as log:
             inst.proc = subprocess.Popen(
-                [*self._argv, "--port", str(inst.port)], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=self._env, cwd=self._cwd,
-                preexec_fn=_die_with_parent)
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self._env, cwd=self._cwd, preexec_fn=_die_with_parent)
         inst.status = InstanceStatus.PENDING if inst.restarts == 0 else InstanceStatus.RESTARTING
         inst.deadline = time.monotonic() + self._startup_timeout
         inst.restart_at = None
         self._store.put_endpoint_instance(self._name, inst.record())
-        self._say(f"instance {inst.index} started (pid {inst.proc.pid}, port {inst.port})")
+        self._say(f"instance {inst.index} started (pid {inst.proc.pid}, port "
+                  f"{inst.port or 'of its choosing'})")
 
     def _healthy(self, inst: _Instance) -> bool:
+        port = inst.read_port()
+        if port is None:
+            return False
         try:
-            return bool(self._client.get(f"http://{HOST}:{inst.port}/ping").status_code == 200)
+            return bool(self._client.get(f"http://{HOST}:{port}/ping").status_code == 200)
         except Exception:  # not listening yet, or busy loading: not healthy yet
             return False
 
@@ -295,11 +313,14 @@ class EndpointSupervisor:
                     "(container_startup_health_check_timeout)")
         else:
             what = f"exited with code {code} while loading the model"
-        reason = (f"instance {inst.index} (port {inst.port}) {what}; its output ends with:\n"
+        where = f" (port {inst.port})" if inst.port else ""
+        reason = (f"instance {inst.index}{where} {what}; its output ends with:\n"
                   f"{_tail(inst.log)}")
         if first:
             raise _Failed(reason)
         inst.failed_starts += 1
+        if self._fixed_port is None:
+            inst.port = None  # perhaps its port was taken meanwhile: let it choose another
         if inst.failed_starts >= MAX_FAILED_STARTS:
             raise _Failed(f"{reason}\n(it failed to restart {inst.failed_starts} times in a row)")
         self._schedule_restart(inst)

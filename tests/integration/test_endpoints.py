@@ -1,0 +1,294 @@
+"""Endpoints end to end: real model servers (``python -m shoal.serving``) on 127.0.0.1 under
+a detached supervisor, deployed with ``Model.deploy`` and called with ``Predictor``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shoal
+from helpers import wait_until
+from shoal.core.endpoints import EndpointStatus, InstanceStatus
+from shoal.deserializers import CSVDeserializer, NumpyDeserializer
+from shoal.endpoints import EndpointService
+from shoal.errors import (
+    EndpointFailedError,
+    EndpointNotFound,
+    InvalidArgumentError,
+    InvocationError,
+)
+from shoal.model import Model
+from shoal.predictor import Predictor
+from shoal.serializers import CSVSerializer, NumpySerializer
+
+W = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [0.5, -1.0]], dtype=np.float32)
+B = np.array([0.25, -0.5], dtype=np.float32)
+
+PID_HANDLER = """
+import os
+
+def model_fn(model_dir):
+    return {"dir": model_dir}
+
+def predict_fn(data, model):
+    return {"pid": os.getpid(), "n": len(data)}
+"""
+
+
+def _linear_onnx(path: Path) -> None:
+    """y = x @ W + b as an ONNX graph with a dynamic batch axis."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["y"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("onnx-model")
+    _linear_onnx(d / "model.onnx")
+    return d
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[shoal.Session]:
+    s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
+    service = EndpointService(s)
+    with shoal.use(s):
+        yield s
+    try:
+        for record in s.metadata.list_endpoints():
+            service.delete(record.name)
+    finally:
+        s.backend.shutdown_launcher()
+        s.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _handler_dir(tmp_path: Path, code: str, name: str = "handler") -> Path:
+    src = tmp_path / name
+    src.mkdir()
+    (src / "serve.py").write_text(textwrap.dedent(code))
+    return src
+
+
+def test_deploy_predict_in_three_formats_describe_and_delete(session, onnx_dir):
+    predictor = Model(onnx_dir).deploy(endpoint_name="linear")
+    x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], dtype=np.float32)
+    expected = x @ W + B
+    assert isinstance(predictor, Predictor) and predictor.endpoint_name == "linear"
+    assert np.allclose(predictor.predict(x.tolist()), expected)
+
+    predictor.serializer, predictor.deserializer = CSVSerializer(), CSVDeserializer()
+    assert predictor.content_type == "text/csv" and predictor.accept == ("text/csv",)
+    rows = predictor.predict(x)
+    assert np.allclose(np.array(rows, dtype=float), expected)
+
+    predictor.serializer, predictor.deserializer = NumpySerializer(), NumpyDeserializer()
+    got = predictor.predict(x)
+    assert isinstance(got, np.ndarray) and np.allclose(got, expected)
+
+    record = predictor.describe()
+    assert record.status == EndpointStatus.IN_SERVICE and record.model_data == str(onnx_dir)
+    [instance] = record.instances
+    assert instance.status == InstanceStatus.IN_SERVICE and instance.host == "127.0.0.1"
+    assert _alive(instance.pid) and _alive(record.supervisor["pid"])
+
+    predictor.delete_endpoint()
+    assert session.metadata.find_endpoint("linear") is None
+    assert not _alive(instance.pid)
+    wait_until(lambda: not _alive(record.supervisor["pid"]), 10, what="supervisor gone")
+    assert session.artifacts.exists("endpoints/linear/logs/instance-0.log")
+    with pytest.raises(EndpointNotFound, match="'linear'"):
+        predictor.predict(x.tolist())
+
+
+def test_a_killed_instance_is_restarted_and_predictions_keep_working(session, onnx_dir):
+    predictor = Model(onnx_dir).deploy(endpoint_name="phoenix")
+    [before] = predictor.describe().instances
+    os.kill(before.pid, signal.SIGKILL)
+    # The predictor retries while the supervisor brings the instance back on its port.
+    assert np.allclose(predictor.predict([[1, 1, 1, 1]]), np.ones((1, 4)) @ W + B)
+
+    def restarted():
+        [now] = session.metadata.get_endpoint("phoenix").instances
+        return now if now.status == InstanceStatus.IN_SERVICE and now.restarts == 1 else None
+
+    after = wait_until(restarted, 60, what="instance restarted")
+    assert after.pid != before.pid and after.port == before.port and _alive(after.pid)
+    assert session.metadata.get_endpoint("phoenix").status == EndpointStatus.IN_SERVICE
+    assert np.allclose(predictor.predict([[0, 0, 0, 0]]), B[None, :])
+
+
+def test_two_instances_share_the_requests(session, tmp_path, onnx_dir):
+    src = _handler_dir(tmp_path, PID_HANDLER)
+    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
+        initial_instance_count=2, endpoint_name="pair")
+    record = predictor.describe()
+    pids = {i.pid for i in record.instances}
+    assert len(pids) == 2 and record.config.entry_point == "serve.py"
+    answers = [predictor.predict([[1, 2]]) for _ in range(6)]
+    assert {a["pid"] for a in answers} == pids  # round-robin: both served
+    assert all(a["n"] == 1 for a in answers)
+    import httpx
+
+    for instance in record.instances:
+        metrics = httpx.get(f"{instance.url}/metrics", timeout=5)
+        assert metrics.status_code == 200 and metrics.text
+
+
+def test_batching_options_reach_the_server(session, onnx_dir):
+    predictor = Model(onnx_dir).deploy(endpoint_name="batched",
+                                       batching={"max_batch_size": 4, "max_batch_delay_ms": 2})
+    record = predictor.describe()
+    assert (record.config.batching.max_batch_size, record.config.batching.max_batch_delay_ms) \
+        == (4, 2.0)
+    assert np.allclose(predictor.predict([[1, 0, 0, 0]]), W[0:1] + B)
+
+
+def test_malformed_batching_options_are_refused_before_anything_starts(session, onnx_dir):
+    with pytest.raises(InvalidArgumentError, match="max_batch_delay_ms"):
+        Model(onnx_dir).deploy(endpoint_name="bad-batching",
+                               batching={"max_batch_size": 4, "max_batch_delay_ms": "soon"})
+    assert session.metadata.find_endpoint("bad-batching") is None
+
+
+def test_model_dir_with_nothing_recognisable_fails_naming_the_files(session, tmp_path):
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("hello")
+    (junk / "weights.bin").write_bytes(b"\0")
+    with pytest.raises(EndpointFailedError) as info:
+        Model(junk).deploy(endpoint_name="junk")
+    message = str(info.value)
+    assert "'junk' failed" in message and "notes.txt" in message and "weights.bin" in message
+    record = session.metadata.get_endpoint("junk")
+    assert record.status == EndpointStatus.FAILED and "weights.bin" in record.failure_reason
+    assert record.instances == ()
+    log = session.artifacts.get_bytes("endpoints/junk/logs/instance-0.log").decode()
+    assert "notes.txt" in log
+
+
+def test_inference_py_raising_on_import_fails_with_its_traceback(session, tmp_path, onnx_dir):
+    src = _handler_dir(tmp_path, """
+        import json
+        raise RuntimeError("boom while importing the handler")
+    """)
+    with pytest.raises(EndpointFailedError, match="boom while importing the handler") as info:
+        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name="boom")
+    assert "Traceback" in str(info.value)
+    record = session.metadata.get_endpoint("boom")
+    assert record.status == EndpointStatus.FAILED
+    assert "Traceback" in record.failure_reason and "RuntimeError" in record.failure_reason
+    log = session.artifacts.get_bytes("endpoints/boom/logs/instance-0.log").decode()
+    assert "boom while importing the handler" in log
+    # A failed endpoint must be deleted before its name is used again.
+    with pytest.raises(shoal.ShoalError, match="already exists"):
+        Model(onnx_dir).deploy(endpoint_name="boom")
+    EndpointService(session).delete("boom")
+    Model(onnx_dir).deploy(endpoint_name="boom").predict([[0, 0, 0, 0]])
+
+
+def test_a_fixed_port_already_in_use_fails_clearly(session, onnx_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(EndpointFailedError, match=f"port {port} .* already in use"):
+            Model(onnx_dir).deploy(endpoint_name="busy", port=port)
+
+
+def test_a_fixed_free_port_is_used(session, onnx_dir):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    predictor = Model(onnx_dir).deploy(endpoint_name="fixed", port=port)
+    assert [i.port for i in predictor.describe().instances] == [port]
+
+
+def test_predictor_on_an_unknown_endpoint(session):
+    with pytest.raises(EndpointNotFound, match="no endpoint named 'ghost'.*shoal endpoints list"):
+        Predictor("ghost").predict([1])
+
+
+def test_server_errors_carry_status_code_and_message(session, onnx_dir):
+    predictor = Model(onnx_dir).deploy(endpoint_name="strict")
+    with pytest.raises(InvocationError) as info:
+        predictor.predict([[1, 2, 3]])  # three features where the model takes four
+    assert 400 <= info.value.details["status_code"] < 600
+    assert "'strict' answered" in str(info.value)
+
+
+def test_a_gone_supervisor_fails_the_endpoint(session, onnx_dir):
+    predictor = Model(onnx_dir).deploy(endpoint_name="orphan")
+    record = predictor.describe()
+    os.kill(record.supervisor["pid"], signal.SIGKILL)
+    wait_until(lambda: not _alive(record.supervisor["pid"]), 10, what="supervisor gone")
+    # Its servers die with it, and the record says why nothing will restart them.
+    wait_until(lambda: not _alive(record.instances[0].pid), 10, what="server gone")
+    failed = EndpointService(session).get("orphan")
+    assert failed.status == EndpointStatus.FAILED and "supervisor" in failed.failure_reason
+    EndpointService(session).delete("orphan")
+    assert session.metadata.find_endpoint("orphan") is None
+
+
+def test_estimator_deploys_its_model_data(session, tmp_path, onnx_dir):
+    from shoal.estimator import Estimator
+
+    src = tmp_path / "train"
+    src.mkdir()
+    (src / "model.onnx").write_bytes((onnx_dir / "model.onnx").read_bytes())
+    (src / "train.py").write_text(textwrap.dedent("""
+        import os, shutil
+        shutil.copy("model.onnx", os.path.join(os.environ["SM_MODEL_DIR"], "model.onnx"))
+    """))
+    est = Estimator(entry_point="train.py", source_dir=str(src))
+    est.fit(logs=False)
+    predictor = est.deploy(initial_instance_count=1, instance_type="ml.m5.large")
+    job = est.latest_training_job.name
+    assert predictor.endpoint_name == job
+    assert predictor.describe().model_data == est.model_data
+    assert np.allclose(predictor.predict([[0, 0, 0, 0]]), B[None, :])
+
+
+@pytest.mark.slow
+def test_requirements_give_the_model_its_own_environment(session, tmp_path, onnx_dir):
+    src = _handler_dir(tmp_path, """
+        import sys
+        import six
+
+        def model_fn(model_dir):
+            return None
+
+        def predict_fn(data, model):
+            return {"six": six.__version__, "python": sys.executable}
+    """)
+    (src / "requirements.txt").write_text("six==1.16.0\n")
+    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
+        endpoint_name="own-env")
+    answer = predictor.predict([[1]])
+    assert answer["six"] == "1.16.0"
+    assert Path(answer["python"]).parent.parent.parent == session.home / "envs"
