@@ -305,3 +305,14 @@ def test_training_inside_a_run_is_linked_and_load_run_finds_it(session, tmp_path
     assert [p.value for p in points if p.name == "val:acc"] == [0.75]
     desc = est.latest_training_job.describe()
     assert desc["ExperimentConfig"] == {"ExperimentName": "digits", "RunName": "cnn-1"}
+
+
+def test_local_instance_keeps_the_callers_thread_limits(session, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    script = tmp_path / "threads.py"
+    script.write_text("import os\nprint('threads', os.environ['OMP_NUM_THREADS'], "
+                      "os.environ['MKL_NUM_THREADS'])\n")
+    est = Estimator(entry_point=str(script))  # instance_type "local": this machine, as is
+    est.fit(logs=False)
+    assert "threads 1 1" in session.jobs.read_log(est.latest_training_job.name).decode()

@@ -150,7 +150,7 @@ class _Checkpoints:
 
     def restore(self) -> int:
         self.local.mkdir(parents=True, exist_ok=True)
-        keys = [k for k in self.store.list_keys("") if k] if self._exists() else []
+        keys = [k for k in self.store.list_all() if k] if self._exists() else []
         for key in keys:
             target = self.local / key
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ class _Checkpoints:
 
     def _exists(self) -> bool:
         try:
-            return bool(self.store.list_keys(""))
+            return bool(self.store.list_all())
         except ShoalError:
             return False
 

@@ -290,8 +290,12 @@ class Supervisor:
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
         threads = str(max(1, min(int(spec.cpus or self._cores), self._cores)))
+        local = spec.instance_type in (None, "local")
         for var in _THREAD_VARS:
-            env[var] = threads  # the instance type decides; environment_variables may override
+            # The instance type decides; environment_variables may override, and on "local"
+            # (this machine, as the caller runs) a limit the caller set stays.
+            if not (local and var in env):
+                env[var] = threads
         plan = self._plan
         # An isolated environment sees only shoal's runtime, not the client's packages.
         sys_path = list(plan.pythonpath)

@@ -168,8 +168,13 @@ class FsspecArtifactStore:
             raise ArtifactStoreError(f"cannot check {self.uri(key)}: {e}", key=key) from e
 
     def list_keys(self, prefix: str) -> list[str]:
-        """Keys below *prefix* (``""``: every key in the store)."""
-        path = self._path(prefix) if prefix else self._root_path
+        return self._list(self._path(prefix), prefix)
+
+    def list_all(self) -> list[str]:
+        """Every key in the store."""
+        return self._list(self._root_path, "")
+
+    def _list(self, path: str, prefix: str) -> list[str]:
         try:
             self._fs.invalidate_cache(path)
             found = self._fs.find(path)

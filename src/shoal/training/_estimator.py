@@ -249,10 +249,8 @@ class Estimator:
             run = experiment_config.get("RunName") or experiment_config.get("TrialName")
             if exp and run:
                 return {"experiment_name": exp, "run_name": run}
-        try:  # TEMP until shoal.experiments lands
-            from shoal.experiments import current_run_context
-        except ImportError:
-            return None
+        from shoal.experiments import current_run_context
+
         return current_run_context()
 
     def _pack(self, archive: Path) -> None:
