@@ -36,6 +36,7 @@ __all__ = [
     "job_name",
     "job_run_context",
     "load_defaults",
+    "shoal_environ",
 ]
 
 
@@ -127,6 +128,12 @@ def job_run_context() -> str | None:
     """Inside a job: the JSON ``{"experiment_name", "run_name"}`` of the experiment run its
     caller had open (``SHOAL_RUN_CONTEXT``, set by the supervisor), else None."""
     return os.environ.get("SHOAL_RUN_CONTEXT") or None
+
+
+def shoal_environ() -> dict[str, str]:
+    """A snapshot of the ``SHOAL_*`` environment, for entry points that parse their own knobs
+    (the model server's ``ServerOptions.from_env``)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SHOAL_")}
 
 
 def default_admin_config_path() -> Path:

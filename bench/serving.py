@@ -1,0 +1,296 @@
+"""Model server (issue #5): shoal's server vs a naive FastAPI server and the in-process ceiling.
+
+    .venv/bin/python bench/serving.py [--duration 20] [--formats npy,json]
+
+The model is the MNIST CNN of PyTorch's example (conv 1→32, conv 32→64, max-pool, dropout,
+linear 9216→128→10, log-softmax; random weights), exported with ``shoal.models.onnx.export``.
+Each client request carries one 1×1×28×28 float32 image, as ``application/x-npy`` (what
+SageMaker's NumpySerializer sends) or JSON (15.9 KB). The load generator is a separate process
+(asyncio + uvloop over raw keep-alive HTTP/1.1), so it competes with the server for the same
+two cores, like the anchor measurements in ANCHORS.md.
+
+Measured in one run: the in-process onnxruntime ceiling (samples/s at its best batch size), the
+naive server (FastAPI + uvicorn, ``session.run`` on one image per request, on the event loop),
+and ``python -m shoal.serving`` with its defaults, at concurrency 32 and 1; and the start-up time
+from process start to the first ``/ping`` 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NAIVE_SERVER = '''
+import io, sys
+import numpy as np
+import onnxruntime as ort
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+sess = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+app = FastAPI()
+
+@app.get("/ping")
+def ping():
+    return {"status": "healthy"}
+
+@app.post("/invocations")
+async def invocations(request: Request):
+    if request.headers.get("content-type") == "application/x-npy":
+        x = np.load(io.BytesIO(await request.body()), allow_pickle=False)
+        out = sess.run(None, {"input": x})[0]
+        buf = io.BytesIO()
+        np.save(buf, out)
+        return Response(buf.getvalue(), media_type="application/x-npy")
+    x = np.asarray(await request.json(), dtype=np.float32)
+    return JSONResponse(sess.run(None, {"input": x})[0].tolist())
+
+if __name__ == "__main__":
+    import uvicorn
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
+                access_log=False)
+'''
+
+
+def mnist_cnn():
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 3, 1)
+            self.conv2 = nn.Conv2d(32, 64, 3, 1)
+            self.dropout1 = nn.Dropout(0.25)
+            self.dropout2 = nn.Dropout(0.5)
+            self.fc1 = nn.Linear(9216, 128)
+            self.fc2 = nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+            x = torch.flatten(self.dropout1(x), 1)
+            x = self.dropout2(F.relu(self.fc1(x)))
+            return F.log_softmax(self.fc2(x), dim=1)
+
+    torch.manual_seed(0)
+    return Net()
+
+
+# --- the load generator (runs as its own process) -------------------------------------------
+
+def _request(port: int, body: bytes, content_type: str) -> bytes:
+    return (f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: "
+            f"{content_type}\r\nAccept: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+async def _client(port: int, request: bytes, deadline: float, latencies: list[float],
+                  errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    clock = time.perf_counter
+    try:
+        while clock() < deadline:
+            t = clock()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            i = head.lower().index(b"content-length:") + 15
+            length = int(head[i:head.index(b"\r\n", i)])
+            await reader.readexactly(length)
+            latencies.append(clock() - t)
+            if status != 200:
+                errors.append(status)
+    finally:
+        writer.close()
+
+
+async def _load(port: int, request: bytes, concurrency: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    errors: list[int] = []
+    warm_end = time.perf_counter() + min(2.0, seconds / 5)
+    await asyncio.gather(*(_client(port, request, warm_end, [], errors)
+                           for _ in range(concurrency)))
+    errors.clear()
+    start = time.perf_counter()
+    await asyncio.gather(*(_client(port, request, start + seconds, latencies, errors)
+                           for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "n": len(latencies), "errors": len(errors),
+            "p50_ms": latencies[len(latencies) // 2] * 1e3,
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3}
+
+
+def client_main(args: argparse.Namespace) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    body = Path(args.body).read_bytes()
+    request = _request(args.port, body, args.content_type)
+    print(json.dumps(asyncio.run(_load(args.port, request, args.concurrency, args.seconds))))
+
+
+def run_load(port: int, body_path: Path, content_type: str, concurrency: int,
+             seconds: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--client", "--port", str(port), "--body",
+                          str(body_path), "--content-type", content_type, "--concurrency",
+                          str(concurrency), "--seconds", str(seconds)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def start(cmd: list[str], port: int, env: dict | None = None) -> tuple[subprocess.Popen, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    while not _ping(port):
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        if time.perf_counter() - t0 > 60:
+            raise RuntimeError("server did not answer /ping within 60 s")
+        time.sleep(0.005)
+    return proc, time.perf_counter() - t0
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def shoal_cmd(model_dir: Path, port: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "shoal.serving", "--model", str(model_dir), "--port",
+            str(port), "--log-level", "WARNING", *extra]
+
+
+def ceiling(model_path: Path, seconds: float) -> tuple[int, float, dict]:
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    rates = {}
+    for bs in (1, 8, 16, 32, 64, 128):
+        x = np.random.default_rng(0).random((bs, 1, 28, 28), dtype=np.float32)
+        for _ in range(3):
+            sess.run(None, {"input": x})
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            sess.run(None, {"input": x})
+            n += bs
+        rates[bs] = n / (time.perf_counter() - t)
+    best = max(rates, key=rates.get)
+    return best, rates[best], rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--client", action="store_true")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--body")
+    parser.add_argument("--content-type")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--formats", default="npy,json")
+    parser.add_argument("--shoal-args", default="", help="extra flags for python -m shoal.serving")
+    args = parser.parse_args()
+    if args.client:
+        client_main(args)
+        return
+
+    import numpy as np
+    import torch
+
+    from shoal.models.onnx import export
+
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-serving-"))
+    model_dir = work / "mnist"
+    export(mnist_cnn(), torch.randn(1, 1, 28, 28), model_dir / "model.onnx")
+    (work / "naive.py").write_text(NAIVE_SERVER)
+    image = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    buf = io.BytesIO()
+    np.save(buf, image)
+    bodies = {"npy": (work / "body.npy", "application/x-npy"),
+              "json": (work / "body.json", "application/json")}
+    bodies["npy"][0].write_bytes(buf.getvalue())
+    bodies["json"][0].write_text(json.dumps(image.tolist()))
+    print(f"payload: npy {len(buf.getvalue())} B, json {bodies['json'][0].stat().st_size} B; "
+          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
+
+    best_bs, best_rate, rates = ceiling(model_dir / "model.onnx", 2.0)
+    print("in-process onnxruntime (samples/s by batch size): "
+          + ", ".join(f"{bs}: {r:.0f}" for bs, r in rates.items()))
+    extra = args.shoal_args.split()
+    startups = []
+    for _ in range(3):
+        port = _free_port()
+        proc, seconds = start(shoal_cmd(model_dir, port, extra), port)
+        stop(proc)
+        startups.append(seconds)
+    startup = statistics.median(startups)
+    print(f"shoal start-up to first /ping 200: {startup:.2f} s (median of 3)")
+
+    results = {}
+    for fmt in args.formats.split(","):
+        body_path, ctype = bodies[fmt]
+        for name, cmd in (("naive", [sys.executable, str(work / "naive.py"),
+                                     str(model_dir / "model.onnx")]),
+                          ("shoal", None)):
+            port = _free_port()
+            full = cmd + [str(port)] if cmd else shoal_cmd(model_dir, port, extra)
+            proc, _ = start(full, port)
+            try:
+                c32 = run_load(port, body_path, ctype, 32, args.duration)
+                c1 = run_load(port, body_path, ctype, 1, max(5.0, args.duration / 4))
+            finally:
+                stop(proc)
+            results[(name, fmt)] = (c32, c1)
+            print(f"{name:5s} {fmt:4s} c=32: {c32['rps']:7.0f} req/s  p50 {c32['p50_ms']:6.2f} ms"
+                  f"  p99 {c32['p99_ms']:6.2f} ms  errors {c32['errors']} | c=1: "
+                  f"{c1['rps']:6.0f} req/s  p50 {c1['p50_ms']:5.2f} ms  p99 {c1['p99_ms']:5.2f} ms")
+
+    print("\nsummary (targets: >= 3x naive, >= 60% of the in-process ceiling, c=1 p50 <= 1.5x "
+          "naive, start-up <= 3 s)")
+    print(f"  in-process ceiling: {best_rate:.0f} samples/s at batch {best_bs}")
+    for fmt in args.formats.split(","):
+        (s32, s1), (n32, n1) = results[("shoal", fmt)], results[("naive", fmt)]
+        print(f"  {fmt}: shoal/naive c=32 {s32['rps'] / n32['rps']:.2f}x; shoal/ceiling "
+              f"{s32['rps'] / best_rate:.0%}; c=1 p50 shoal/naive "
+              f"{s1['p50_ms'] / n1['p50_ms']:.2f}x")
+    print(f"  start-up: {startup:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

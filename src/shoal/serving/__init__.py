@@ -1,0 +1,47 @@
+"""The model server: SageMaker's serving contract (``/ping``, ``/invocations``, ``/metrics``,
+``/execution-parameters``) over an ASGI app run by uvicorn, with ``code/inference.py``
+handlers or ones chosen from the artifact (ONNX, scikit-learn, TorchScript), and adaptive
+batching.
+
+Run one with ``python -m shoal.serving --model PATH_OR_URI``, or in Python::
+
+    from shoal.serving import ServerOptions, serve
+    serve("model.tar.gz", options=ServerOptions(port=8080))   # blocks until SIGTERM
+
+``create_app`` gives the ASGI app alone. Importing this package loads neither uvicorn nor
+onnxruntime; those load when a server starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from shoal.serving._options import ServerOptions
+
+if TYPE_CHECKING:
+    from shoal.serving._app import ModelServerApp, create_app
+    from shoal.serving._run import serve
+    from shoal.serving._script import InferenceContext
+
+__all__ = ["InferenceContext", "ModelServerApp", "ServerOptions", "create_app", "serve"]
+
+_LAZY = {
+    "create_app": "shoal.serving._app",
+    "ModelServerApp": "shoal.serving._app",
+    "serve": "shoal.serving._run",
+    "InferenceContext": "shoal.serving._script",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal.serving' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,292 @@
+"""The model server's ASGI app: ``/ping``, ``/invocations``, ``/metrics`` and
+``/execution-parameters`` (SageMaker's serving contract), written against raw ASGI because the
+invocation path is the hot one.
+
+The model loads on a background thread once the server listens, so ``/ping`` answers 503 at
+once and 200 when the model is ready. Inference runs on the ``InferenceQueue``'s thread, never
+on the event loop, so a slow or hung model does not stop ``/ping`` or ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from enum import StrEnum
+from typing import Any
+
+from shoal.errors import ModelLoadError
+from shoal.serving import _codecs
+from shoal.serving._artifact import ResolvedModel, resolve_model
+from shoal.serving._batching import InferenceQueue
+from shoal.serving._handlers import Handler, select_handler
+from shoal.serving._http import RequestError, error_body
+from shoal.serving._metrics import ServerMetrics
+from shoal.serving._options import ServerOptions
+
+__all__ = ["ModelServerApp", "ModelState", "create_app"]
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Bodies above this are decoded on a helper thread, so parsing them does not stall /ping.
+_INLINE_DECODE_BYTES = 256 * 1024
+_JSON = b"application/json"
+
+
+class ModelState(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+def create_app(model_dir: str | os.PathLike[str], *, options: ServerOptions,
+               on_load_error: Callable[[BaseException], None] | None = None) -> ModelServerApp:
+    """The ASGI app serving the model in *model_dir* (a directory, ``model.tar.gz`` or URL).
+
+    Choosing the handler is immediate: a directory without a recognisable model or
+    ``code/inference.py`` raises ``ModelLoadError`` naming the files it holds. Loading happens
+    in the background when the app starts (ASGI lifespan); a failure is logged with its
+    traceback, leaves ``/ping`` at 503 and calls *on_load_error*.
+
+    Example::
+
+        app = create_app("model/", options=ServerOptions(max_batch_size=16))
+        uvicorn.run(app, port=8080)
+    """
+    resolved = resolve_model(model_dir)
+    try:
+        handler = select_handler(resolved.path, options)
+    except BaseException:
+        resolved.cleanup()
+        raise
+    return ModelServerApp(handler, options, resolved=resolved, on_load_error=on_load_error)
+
+
+class ModelServerApp:
+    """ASGI callable; build it with ``create_app``."""
+
+    def __init__(self, handler: Handler, options: ServerOptions, *, resolved: ResolvedModel,
+                 on_load_error: Callable[[BaseException], None] | None = None) -> None:
+        self.handler = handler
+        self.options = options
+        self.state = ModelState.LOADING
+        self.load_error: BaseException | None = None
+        self._resolved = resolved
+        self._on_load_error = on_load_error
+        self._queue: InferenceQueue | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._limit = int(options.max_payload_mb * 1024 * 1024)
+        self.metrics = ServerMetrics(
+            queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
+            loaded=lambda: float(self.state is ModelState.READY))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    # --- lifespan ---------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._loop = asyncio.get_running_loop()
+                threading.Thread(target=self._load, name="shoal-model-load", daemon=True).start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._queue is not None:
+                    await self._queue.stop()
+                self._resolved.cleanup()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        log.info("loading %s from %s", self.handler.describe(), self.handler.model_dir)
+        try:
+            self.handler.load()
+        except BaseException as e:  # anything the model's code raises, SystemExit included
+            if not isinstance(e, ModelLoadError):
+                e = ModelLoadError(f"loading {self.handler.describe()} failed: "
+                                   f"{type(e).__name__}: {e}")
+            log.error("the model failed to load: %s", e, exc_info=e.__cause__ or e)
+            self._call_soon(self._failed, e)
+            return
+        seconds = time.perf_counter() - started
+        self._call_soon(self._ready, seconds)
+
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _ready(self, seconds: float) -> None:
+        handler = self.handler
+        size, delay = self.options.batch_limits(batchable=handler.batchable)
+        if self.options.batching_requested and not handler.batchable:
+            log.warning("max_batch_size=%s asked for, but %s cannot batch (an ONNX model needs a "
+                        "symbolic first input axis; a predict_fn needs BATCHABLE = True): "
+                        "serving one request at a time", self.options.max_batch_size,
+                        handler.describe())
+        self._queue = InferenceQueue(handler.predict, max_batch_size=size,
+                                     max_batch_delay_s=delay, max_queue=self.options.max_queue,
+                                     on_batch=self.metrics.batch)
+        self._queue.start()
+        self.state = ModelState.READY
+        batching = f"batches of up to {size}, {delay * 1000:g} ms delay" if size > 1 \
+            else "no batching"
+        log.info("model ready in %.2f s: %s, %s", seconds, handler.describe(), batching)
+
+    def _failed(self, error: BaseException) -> None:
+        self.state = ModelState.FAILED
+        self.load_error = error
+        if self._on_load_error is not None:
+            self._on_load_error(error)
+
+    # --- routes -----------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == "/invocations":
+            if method == "POST":
+                await self._invoke(scope, receive, send)
+            else:
+                await _error(send, RequestError(405, "method not allowed", "POST /invocations"))
+        elif path == "/ping":
+            await self._ping(send, head=method == "HEAD")
+        elif path == "/metrics" and method == "GET":
+            await _respond(send, 200, self.metrics.render(),
+                           self.metrics.content_type.encode())
+        elif path == "/execution-parameters" and method == "GET":
+            await self._execution_parameters(send)
+        else:
+            await _error(send, RequestError(404, "not found",
+                                            f"{method} {path}: this server answers GET /ping, "
+                                            f"POST /invocations, GET /metrics and GET "
+                                            f"/execution-parameters"))
+
+    async def _ping(self, send: Send, *, head: bool) -> None:
+        if self.state is ModelState.READY:
+            await _respond(send, 200, b"" if head else b'{"status":"healthy"}', _JSON)
+        else:
+            await _error(send, self._not_ready())
+
+    def _not_ready(self) -> RequestError:
+        if self.state is ModelState.FAILED:
+            return RequestError(503, "model failed to load", str(self.load_error))
+        return RequestError(503, "model loading", "the model is still loading; retry shortly",
+                            headers=((b"retry-after", b"1"),))
+
+    async def _execution_parameters(self, send: Send) -> None:
+        if self.state is not ModelState.READY:
+            await _error(send, self._not_ready())
+            return
+        size, _ = self.options.batch_limits(batchable=self.handler.batchable)
+        body = {"MaxConcurrentTransforms": self.options.workers * size,
+                "BatchStrategy": "MULTI_RECORD" if self.handler.multi_record else "SINGLE_RECORD",
+                "MaxPayloadInMB": max(1, int(self.options.max_payload_mb))}
+        await _respond(send, 200, json.dumps(body).encode(), _JSON)
+
+    async def _invoke(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        status = 500
+        try:
+            if self.state is not ModelState.READY or self._queue is None:
+                raise self._not_ready()
+            content_type, accept, length = _headers(scope)
+            handler = self.handler
+            if handler.content_types is not None and content_type not in handler.content_types:
+                raise _codecs.unsupported(content_type, handler.content_types)
+            response_type = _codecs.negotiate(accept, content_type, handler.accepts)
+            body = await self._read_body(receive, length)
+            if len(body) > _INLINE_DECODE_BYTES:
+                data = await asyncio.get_running_loop().run_in_executor(
+                    None, handler.decode, body, content_type, response_type)
+            else:
+                data = handler.decode(body, content_type, response_type)
+            prediction = await self._queue.submit(data, self.options.timeout_s)
+            payload, payload_type = handler.encode(prediction, response_type)
+            await _respond(send, 200, payload, payload_type.encode())
+            status = 200
+        except RequestError as e:
+            status = e.status
+            await _error(send, e)
+        except _Disconnected:
+            status = 499
+        except Exception as e:  # a bug of ours: answer 500 and keep serving
+            log.exception("invocation failed")
+            await _error(send, RequestError(500, "internal error", f"{type(e).__name__}: {e}"))
+        finally:
+            self.metrics.request(status, time.perf_counter() - started)
+
+    async def _read_body(self, receive: Receive, length: int | None) -> bytes:
+        limit = self._limit
+        if length is not None and length > limit:
+            raise _too_large(length, limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit, streamed=True)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Disconnected(Exception):
+    """The client went away before sending its whole body."""
+
+
+def _too_large(size: int, limit: int, *, streamed: bool = False) -> RequestError:
+    what = f"more than {limit} bytes arrived" if streamed else f"Content-Length is {size}"
+    return RequestError(413, "payload too large",
+                        f"{what}; the limit is {limit / 1048576:g} MB (--max-payload-mb, "
+                        f"SHOAL_MODEL_SERVER_MAX_PAYLOAD_MB)")
+
+
+def _headers(scope: Scope) -> tuple[str, str | None, int | None]:
+    content_type: str | None = None
+    accept: str | None = None
+    length: int | None = None
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            content_type = value.decode("latin-1")
+        elif name == b"accept":
+            accept = value.decode("latin-1")
+        elif name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                raise RequestError(400, "bad request", "Content-Length is not a number") from None
+    return _codecs.media_type(content_type), accept, length
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
+                   headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _error(send: Send, error: RequestError) -> None:
+    await _respond(send, error.status, error_body(error.error, error.detail), _JSON,
+                   error.headers)

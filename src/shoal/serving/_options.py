@@ -1,0 +1,154 @@
+"""``ServerOptions``: every knob of the model server, declared once and validated once.
+
+Precedence: explicit value (a CLI flag or a keyword) > ``SHOAL_*`` environment > default.
+The environment arrives as a mapping (``shoal.config.shoal_environ()``); nothing here reads
+the process environment itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from shoal.errors import ConfigError
+
+__all__ = ["DEFAULT_BATCH_DELAY_MS", "DEFAULT_MAX_BATCH_SIZE", "ENV_VARS", "ServerOptions"]
+
+#: Used when a handler can batch and no size was given (tuned in bench/serving.py).
+DEFAULT_MAX_BATCH_SIZE = 32
+#: How long the first request of a batch waits for others when the model is idle. 0: no wait;
+#: batches still form from the requests that queue while the model runs (LitServe's default).
+DEFAULT_BATCH_DELAY_MS = 0.0
+
+#: Environment variable → ServerOptions field.
+ENV_VARS: dict[str, str] = {
+    "SHOAL_MODEL_SERVER_WORKERS": "workers",
+    "SHOAL_MODEL_SERVER_TIMEOUT": "timeout_s",
+    "SHOAL_MAX_BATCH_SIZE": "max_batch_size",
+    "SHOAL_MAX_BATCH_DELAY_MS": "max_batch_delay_ms",
+    "SHOAL_MODEL_SERVER_MAX_PAYLOAD_MB": "max_payload_mb",
+    "SHOAL_MODEL_SERVER_MAX_QUEUE": "max_queue",
+    "SHOAL_ORT_INTRA_OP_THREADS": "intra_op_threads",
+    "SHOAL_ORT_INTER_OP_THREADS": "inter_op_threads",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """How a model server listens, batches and protects itself.
+
+    Attributes:
+        host, port: where to listen; port 0 picks a free port (see ``--port-file``).
+        workers: uvicorn worker processes; each loads its own copy of the model.
+        max_batch_size: requests run together by a handler that can batch. ``None``: 32 for
+            such handlers; 1 turns batching off. Ignored (with a warning) by other handlers.
+        max_batch_delay_ms: how long the first request of a batch may wait for more while the
+            model is idle; needs a size. ``None``: 0, as batches form anyway from the requests
+            that queue while the model runs.
+        max_payload_mb: request bodies above this are refused with 413 (SageMaker: 6).
+        timeout_s: an invocation (queue wait + inference) longer than this is answered 504.
+        max_queue: requests waiting for the model beyond this are refused with 503.
+        intra_op_threads, inter_op_threads: onnxruntime (and torch) thread pools; ``None``
+            leaves the runtime's default.
+
+    Example::
+
+        ServerOptions(port=0, max_batch_size=16, max_batch_delay_ms=1)
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    max_batch_size: int | None = None
+    max_batch_delay_ms: float | None = None
+    max_payload_mb: float = 6.0
+    timeout_s: float = 60.0
+    max_queue: int = 1024
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        _int(self, "port", minimum=0, maximum=65535)
+        _int(self, "workers", minimum=1)
+        _int(self, "max_queue", minimum=1)
+        if self.max_batch_size is not None:
+            _int(self, "max_batch_size", minimum=1)
+        if self.max_batch_delay_ms is not None:
+            _number(self, "max_batch_delay_ms", positive=False)
+            if self.max_batch_size is None:
+                raise ConfigError("max_batch_delay_ms was given without max_batch_size; set "
+                                  "both (--max-batch-size N --max-batch-delay-ms MS, or "
+                                  "SHOAL_MAX_BATCH_SIZE and SHOAL_MAX_BATCH_DELAY_MS)")
+        _number(self, "max_payload_mb", positive=True)
+        _number(self, "timeout_s", positive=True)
+        for name in ("intra_op_threads", "inter_op_threads"):
+            if getattr(self, name) is not None:
+                _int(self, name, minimum=1)
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError(f"host must be a non-empty string, got {self.host!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **explicit: Any) -> ServerOptions:
+        """Options from ``SHOAL_*`` variables in *environ*, overridden by *explicit* values
+        that are not ``None``."""
+        values: dict[str, Any] = {}
+        for var, name in ENV_VARS.items():
+            raw = environ.get(var, "").strip()
+            if raw:
+                values[name] = _parse(var, name, raw)
+        unknown = set(explicit) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown server option(s) {sorted(unknown)}")
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def batching_requested(self) -> bool:
+        """True when a batch size above 1 was asked for explicitly."""
+        return self.max_batch_size is not None and self.max_batch_size > 1
+
+    def batch_limits(self, *, batchable: bool) -> tuple[int, float]:
+        """``(max_batch_size, max_batch_delay_s)`` for a handler that can (not) batch."""
+        if not batchable:
+            return 1, 0.0
+        size = DEFAULT_MAX_BATCH_SIZE if self.max_batch_size is None else self.max_batch_size
+        delay = DEFAULT_BATCH_DELAY_MS if self.max_batch_delay_ms is None \
+            else self.max_batch_delay_ms
+        return size, (delay / 1000.0 if size > 1 else 0.0)
+
+    def with_port(self, port: int) -> ServerOptions:
+        return replace(self, port=port)
+
+
+def _parse(var: str, name: str, raw: str) -> Any:
+    kind = _FIELD_KINDS[name]
+    try:
+        return int(raw) if kind is int else float(raw)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{var}={raw!r} is not {what} (it sets {name})") from None
+
+
+def _int(options: ServerOptions, name: str, *, minimum: int, maximum: int | None = None) -> None:
+    value = getattr(options, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{name} must be {bound}, got {value}")
+
+
+def _number(options: ServerOptions, name: str, *, positive: bool) -> None:
+    value = getattr(options, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
+
+
+_FIELD_KINDS: dict[str, type] = {
+    "workers": int, "timeout_s": float, "max_batch_size": int, "max_batch_delay_ms": float,
+    "max_payload_mb": float, "max_queue": int, "intra_op_threads": int, "inter_op_threads": int,
+}

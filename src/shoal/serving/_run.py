@@ -1,0 +1,178 @@
+"""Running a model server: bind the port (a clear error when it is taken), then serve with
+uvicorn in this process, or supervise ``workers`` uvicorn processes sharing the socket.
+
+A worker whose model fails to load exits with status 1, and so does the whole server: a model
+that cannot load is not retried in a loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from shoal.errors import ServingError
+from shoal.serving._artifact import resolve_model
+from shoal.serving._handlers import select_handler
+from shoal.serving._options import ServerOptions
+
+__all__ = ["bind", "serve"]
+
+log = logging.getLogger(__name__)
+
+_STOP_GRACE_S = 30.0
+
+
+class _Stop(BaseException):
+    """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
+
+
+def serve(model: str | os.PathLike[str], *, options: ServerOptions,
+          port_file: str | os.PathLike[str] | None = None) -> int:
+    """Serve *model* until SIGTERM or SIGINT; return the exit status (0, or 1 when the model
+    failed to load).
+
+    *port_file*, when given, receives the bound port once the socket listens (useful with
+    ``port=0``). Raises ``ModelLoadError`` before listening when *model* holds nothing to
+    serve, and ``ServingError`` when the port cannot be bound.
+    """
+    resolved = resolve_model(model)
+    try:
+        select_handler(resolved.path, options)  # fail before listening when there is no model
+        sock = bind(options.host, options.port)
+        port = sock.getsockname()[1]
+        if port_file is not None:
+            _write_atomic(Path(port_file), f"{port}\n")
+        sys.stdout.write(f"shoal model server listening on http://{_url_host(options.host)}:"
+                         f"{port} (model {resolved.path}, {options.workers} worker"
+                         f"{'s' if options.workers > 1 else ''})\n")
+        sys.stdout.flush()
+        with _stop_signals():
+            try:
+                if options.workers == 1:
+                    return run_worker(sock, str(resolved.path), options)
+                return _supervise(sock, str(resolved.path), options)
+            except _Stop:
+                return 0
+            finally:
+                sock.close()
+    finally:
+        resolved.cleanup()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on *host*:*port*; ``ServingError`` says why it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ServingError(f"port {port} on {host} is already in use; choose another with "
+                               f"--port (0 picks a free one) or stop the process holding it",
+                               host=host, port=port) from e
+        raise ServingError(f"cannot listen on {host}:{port}: {e.strerror or e}", host=host,
+                           port=port) from e
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions) -> int:
+    """Serve on *sock* in this process with uvicorn; 1 when the model fails to load."""
+    import uvicorn
+
+    from shoal.serving._app import create_app
+
+    status = 0
+    server: uvicorn.Server | None = None
+
+    def failed(error: BaseException) -> None:
+        nonlocal status
+        status = 1
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(model_dir, options=options, on_load_error=failed)
+    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
+                            server_header=False, timeout_keep_alive=75,
+                            timeout_graceful_shutdown=_STOP_GRACE_S)
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    return status
+
+
+def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions) -> None:
+    from shoal._internal import logconfig
+
+    logconfig.configure(logging.INFO)
+    sys.exit(run_worker(sock, model_dir, options))
+
+
+def _supervise(sock: socket.socket, model_dir: str, options: ServerOptions) -> int:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker_main, args=(sock, model_dir, options),
+                         name=f"shoal-model-worker-{i}") for i in range(options.workers)]
+    for p in procs:
+        p.start()
+    try:
+        while True:
+            multiprocessing.connection.wait([p.sentinel for p in procs])
+            dead = [p for p in procs if p.exitcode is not None]
+            if dead:
+                log.error("model server worker %s exited with status %s; stopping the others",
+                          dead[0].name, dead[0].exitcode)
+                return 1 if any(p.exitcode for p in dead) else 0
+    finally:
+        _stop_all(procs)
+
+
+def _stop_all(procs: list[Any]) -> None:
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    for p in procs:
+        p.join(_STOP_GRACE_S)
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+
+
+class _stop_signals:
+    """SIGTERM and SIGINT raise ``_Stop``: uvicorn captures them first, shuts down gracefully,
+    then re-raises them here, so temporary model directories are still removed."""
+
+    def __enter__(self) -> None:
+        self._saved: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._saved[sig] = signal.signal(sig, _raise_stop)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
