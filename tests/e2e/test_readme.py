@@ -23,6 +23,7 @@ def test_readme_python_example_runs(clean_env: Path, tmp_path: Path):
                               timeout=120, cwd=tmp_path, env=dict(os.environ))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "0.6666666666666666" in proc.stdout and "[0, 1, 4, 9]" in proc.stdout
+        assert "/output/model.tar.gz" in proc.stdout
     finally:
         session = shoal.Session(home=str(clean_env))
         session.backend.shutdown_launcher()
