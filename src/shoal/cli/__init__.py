@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli import _config, _db, _endpoints, _envs, _experiments, _jobs
+from shoal.cli import _config, _db, _endpoints, _envs, _experiments, _jobs, _llm
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
 
 __all__ = ["app", "main"]
@@ -42,6 +42,7 @@ app.add_typer(_envs.app, name="envs")
 app.add_typer(_experiments.experiments_app, name="experiments")
 app.add_typer(_experiments.runs_app, name="runs")
 app.add_typer(_endpoints.app, name="endpoints")
+app.add_typer(_llm.app, name="llm")
 app.command("serve")(_endpoints.serve)
 
 

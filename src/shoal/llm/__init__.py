@@ -1,0 +1,52 @@
+"""LLMs: LoRA/QLoRA fine-tuning recipes (and, later, serving).
+
+- ``finetune(base_model, train_data, output_dir=..., method="qlora", ...)``: the recipe, in
+  this process (or inside ``@remote``);
+- ``FineTuner(base_model=..., method="qlora", ...).fit({"training": uri})``: the same recipe as
+  a script-mode training job; ``model_data`` is the merged model;
+- ``shoal llm finetune`` on the command line.
+
+Every option is a field of ``FineTuneOptions``. torch, transformers and peft load only when a
+recipe runs, so importing this package stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.llm._estimator import FineTuner
+    from shoal.llm._options import DataFormat, FineTuneMethod, FineTuneOptions
+    from shoal.llm._recipe import FineTuneResult, finetune
+    from shoal.llm._serving import read_serving_properties, write_serving_properties
+    from shoal.llm._tiny import create_tiny_model
+
+__all__ = ["DataFormat", "FineTuneMethod", "FineTuneOptions", "FineTuneResult", "FineTuner",
+           "create_tiny_model", "finetune", "read_serving_properties",
+           "write_serving_properties"]
+
+_LAZY = {
+    "FineTuner": "shoal.llm._estimator",
+    "DataFormat": "shoal.llm._options",
+    "FineTuneMethod": "shoal.llm._options",
+    "FineTuneOptions": "shoal.llm._options",
+    "FineTuneResult": "shoal.llm._recipe",
+    "finetune": "shoal.llm._recipe",
+    "read_serving_properties": "shoal.llm._serving",
+    "write_serving_properties": "shoal.llm._serving",
+    "create_tiny_model": "shoal.llm._tiny",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal.llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
