@@ -55,6 +55,7 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         assert "preparing the job" in out
         assert "next 20 calls p50" in out
         _check_training_section(out, tmp_path)
+        _check_endpoint_section(out)
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()
@@ -100,6 +101,29 @@ def _check_training_section(out: str, tmp_path: Path) -> None:
     onnx.checker.check_model(model)
     [batch_dim, *_] = model.graph.input[0].type.tensor_type.shape.dim
     assert batch_dim.dim_param and not batch_dim.dim_value  # a named, dynamic batch axis
+
+
+def _check_endpoint_section(out: str) -> None:
+    """Real-time inference: the trained CNN's ONNX model on a two-instance endpoint."""
+    section = out[out.index("12. Model(model_data).deploy(initial_instance_count=2)"):]
+    training_job = re.search(r"run mnist-digits/cnn-\S+ Completed: jobs (train-\S+),", out)
+    assert training_job is not None
+    assert re.search(rf"model_data file://\S+/{training_job.group(1)}/output/model\.tar\.gz  "
+                     rf"\(training job {training_job.group(1)}\)", section), section
+    endpoint = re.search(r"endpoint (digits-\d+)  InService .*: http://127\.0\.0\.1:\d+ "
+                         r"\(pid (\d+)\), http://127\.0\.0\.1:\d+ \(pid (\d+)\)", section)
+    assert endpoint is not None, section
+    assert re.search(r"predictor\.predict\(\d+×1×28×28 float32 array as application/x-npy\)",
+                     section)
+    predictions = re.search(r"predictions (\[[\d, ]+\])", section).group(1)
+    labels = re.search(r"labels +(\[[\d, ]+\])", section).group(1)
+    assert len(json.loads(predictions)) == len(json.loads(labels)) == 20
+    accuracy = float(re.search(r"endpoint accuracy (\d\.\d+) on \d+ test digits",
+                               section).group(1))
+    assert accuracy > 0.8
+    assert f"endpoint {endpoint.group(1)} deleted" in section
+    for pid in endpoint.group(2, 3):  # the servers are gone, and so is the record
+        assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
 
 
 def test_demo_training_script_fails_the_job_when_onnx_parity_fails(tmp_path: Path):

@@ -74,6 +74,7 @@ def _new_job(session: Any, prefix: str) -> Iterator[Callable[[], JobRecord]]:
 
 def run_demo() -> None:
     started = time.monotonic()
+    since = datetime.now(UTC)
     with contextlib.ExitStack() as stack:
         if state.home is not None:
             stack.enter_context(use(state.session()))
@@ -94,6 +95,9 @@ def run_demo() -> None:
         from shoal.cli._demo_training import run_training_demo
 
         run_training_demo(session, 11)
+        from shoal.cli._demo_endpoints import run_endpoint_demo
+
+        run_endpoint_demo(session, 12, since)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))
