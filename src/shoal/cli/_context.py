@@ -28,7 +28,7 @@ class ExitCode(enum.IntEnum):
     OK = 0            # success; for commands that follow a job: it completed
     JOB_FAILED = 1    # the job followed by 'jobs logs -f' / 'jobs cancel --wait' failed
     USAGE = 2         # bad command line (click's own code)
-    NOT_FOUND = 3     # no such job, experiment or run
+    NOT_FOUND = 3     # no such job, experiment, run or endpoint
     CONFIG = 4        # bad settings or config file, or the database schema is out of date
     JOB_STOPPED = 5   # the job followed by 'jobs logs -f' was stopped
     ERROR = 6         # any other shoal error (store or backend unavailable, ...)
@@ -38,9 +38,9 @@ class ExitCode(enum.IntEnum):
 
 EXIT_CODES_HELP = (
     "Exit status: 0 success (a followed job completed); 1 the followed job failed; "
-    "2 usage error; 3 job, experiment or run not found; 4 configuration error or database "
-    "schema out of date; 5 the followed job was stopped; 6 other error (store or backend "
-    "unavailable); 70 internal error."
+    "2 usage error; 3 job, experiment, run or endpoint not found; 4 configuration error or "
+    "database schema out of date; 5 the followed job was stopped; 6 other error (store or "
+    "backend unavailable); 70 internal error."
 )
 
 

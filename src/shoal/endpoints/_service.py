@@ -136,11 +136,16 @@ class EndpointService:
             return None
         _stop_instances(record)
         log = self.supervisor_log(record.name)
+        try:
+            tail = "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-20:])
+        except OSError:
+            tail = ""
         with contextlib.suppress(InvalidTransitionError, EndpointNotFound):
             record = self.metadata.update_endpoint(
                 record.name, status=EndpointStatus.FAILED,
                 failure_reason=f"the endpoint's supervisor (pid {record.supervisor.get('pid')})"
-                               f" is gone, so nothing restarts its instances; its log: {log}")
+                               f" is gone, so nothing restarts its instances; its log ({log}) "
+                               f"ends with:\n{tail}")
             self.metadata.remove_endpoint_instances(record.name)
             record = self.metadata.get_endpoint(record.name)
         return record

@@ -169,6 +169,12 @@ class EndpointSupervisor:
                 return 1
             except (EndpointNotFound, InvalidTransitionError):
                 self._say("deleted while running; stopping")
+            except Exception as e:  # a bug here must still leave a record that says so
+                import traceback
+
+                self._fail(f"the endpoint's supervisor failed: {type(e).__name__}: {e}\n"
+                           f"{traceback.format_exc()}")
+                raise
             self._shutdown(remove=True)
             return 0
         finally:
