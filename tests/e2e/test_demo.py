@@ -56,6 +56,7 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         assert "next 20 calls p50" in out
         _check_training_section(out, tmp_path)
         _check_endpoint_section(out)
+        _check_bundle_section(out)
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()
@@ -124,6 +125,18 @@ def _check_endpoint_section(out: str) -> None:
     assert f"endpoint {endpoint.group(1)} deleted" in section
     for pid in endpoint.group(2, 3):  # the servers are gone, and so is the record
         assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+
+
+def _check_bundle_section(out: str) -> None:
+    """Portable bundles of the trained CNN: Azure Functions and ASGI, each at most 2 MB."""
+    section = out[out.index("13. Model(model_data).bundle(target=...)"):]
+    assert "(training job train-" in section
+    sizes = re.findall(r"(azure-functions|asgi) +(\d+\.\d+) MB zipped", section)
+    assert [t for t, _ in sizes] == ["azure-functions", "asgi"], section
+    assert all(float(mb) <= 2.0 for _, mb in sizes), sizes
+    assert re.search(r"int8 weights: \d+\.\d% of \d+ test digits", section), section
+    verified = re.search(r"bundle verify \S+digits-asgi: (\d+)/(\d+) checks passed", section)
+    assert (verified and verified.group(1) == verified.group(2)) or "verify skipped" in section
 
 
 def test_demo_training_script_fails_the_job_when_onnx_parity_fails(tmp_path: Path):

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli import _config, _db, _endpoints, _envs, _experiments, _jobs, _llm
+from shoal.cli import _bundle, _config, _db, _endpoints, _envs, _experiments, _jobs, _llm
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
 
 __all__ = ["app", "main"]
@@ -39,6 +39,7 @@ app.add_typer(_jobs.app, name="jobs")
 app.add_typer(_config.app, name="config")
 app.add_typer(_db.app, name="db")
 app.add_typer(_envs.app, name="envs")
+app.add_typer(_bundle.app, name="bundle")
 app.add_typer(_experiments.experiments_app, name="experiments")
 app.add_typer(_experiments.runs_app, name="runs")
 app.add_typer(_endpoints.app, name="endpoints")

@@ -98,6 +98,9 @@ def run_demo() -> None:
         from shoal.cli._demo_endpoints import run_endpoint_demo
 
         run_endpoint_demo(session, 12, since)
+        from shoal.cli._demo_bundles import run_bundle_demo
+
+        run_bundle_demo(session, 13, since)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))

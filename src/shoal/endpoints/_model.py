@@ -134,6 +134,24 @@ class Model:
             predictor.deserializer = deserializer
         return predictor
 
+    def bundle(self, target: str, path: str | os.PathLike[str], *, force: bool = False,
+               **options: Any) -> Any:
+        """Write a self-contained deployment bundle of this model for another platform.
+
+        *target* is ``azure-functions``, ``aws-lambda``, ``container`` or ``asgi``; *path* a
+        directory or a ``.zip``; *options* are ``shoal.bundles.BundleOptions`` fields (``route``,
+        ``auth_level``, ``output_map``, ``output_key``, ``quantize``, ``samples``). Returns a
+        ``shoal.bundles.BundleRecord``; ``shoal.bundles.verify_bundle(path)`` checks the bundle.
+        """
+        from shoal.bundles import build_bundle
+
+        if self.entry_point or self.source_dir:
+            raise InvalidArgumentError("a bundle serves the model file itself; this Model's "
+                                       "inference code (entry_point/source_dir) would be lost: "
+                                       "bundle a Model without it", argument="entry_point")
+        return build_bundle(self.model_data, target=target, output=path, force=force,
+                            session=self.sagemaker_session, **options)
+
     def _endpoint_name(self) -> str:
         base = self.name or Path(self.model_data.rstrip("/")).name.split(".")[0] or "model"
         base = "".join(c if c.isalnum() else "-" for c in base).strip("-")[:40] or "model"
