@@ -182,7 +182,8 @@ def test_finetuner_job_stores_the_merged_model_and_reports_metrics(tiny_base, me
 
     with Run(experiment_name="llm", run_name="job-1"):
         tuner = FineTuner(str(tiny_base), method="lora", max_steps=3, logging_steps=1,
-                          batch_size=4, save_steps=2)
+                          batch_size=4, save_steps=2, environment={"OMP_NUM_THREADS": "1",
+                                                                   "MKL_NUM_THREADS": "1"})
         tuner.fit({"training": str(memorise)}, logs=False)
     assert tuner.model_data.endswith("/output/model.tar.gz")
     local = session.artifacts.local_path(tuner.model_data.split("/artifacts/", 1)[1])

@@ -95,6 +95,9 @@ def run_demo() -> None:
         from shoal.cli._demo_training import run_training_demo
 
         run_training_demo(session, 11)
+        from shoal.cli._demo_llm import run_llm_demo
+
+        run_llm_demo(session, 14)
         from shoal.cli._demo_endpoints import run_endpoint_demo
 
         run_endpoint_demo(session, 12, since)

@@ -42,7 +42,9 @@ class FineTuneResult:
     """What ``finetune()`` produced.
 
     ``model_dir`` holds the merged model (None when a large model went to ``model_uri``),
-    ``adapter_dir`` the adapter alone; ``losses`` is ``(step, loss)`` per logged step.
+    ``adapter_dir`` the adapter alone; ``losses`` is ``(step, loss)`` per logged step;
+    ``train_runtime`` is the trainer's wall time, ``train_cpu_seconds`` this process's CPU
+    time while training (a fair measure on a shared machine).
     """
 
     output_dir: Path
@@ -57,6 +59,7 @@ class FineTuneResult:
     train_examples: int
     truncated: int
     train_runtime: float
+    train_cpu_seconds: float
     tokens_seen: int
     tokens_per_second: float
     resumed_from: str | None
@@ -249,7 +252,9 @@ def _train(model: Any, tokenizer: Any, train: _data.Examples, val: _data.Example
     if resume is not None:
         logger.warning("resuming from checkpoint %s", resume)
         stream.write(f"resuming from {resume.name}\n")
+    cpu = time.process_time()
     output = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    cpu = time.process_time() - cpu
     runtime = float(output.metrics.get("train_runtime", 0.0))
     eval_loss = None
     if val is not None:
@@ -257,7 +262,8 @@ def _train(model: Any, tokenizer: Any, train: _data.Examples, val: _data.Example
         metrics.report({"eval_loss": eval_loss}, trainer.state.global_step)
     metrics.flush()
     return {"global_step": int(trainer.state.global_step), "losses": tuple(metrics.losses),
-            "eval_loss": eval_loss, "train_runtime": runtime, "tokens_seen": counter.tokens,
+            "eval_loss": eval_loss, "train_runtime": runtime, "train_cpu_seconds": cpu,
+            "tokens_seen": counter.tokens,
             "tokens_per_second": counter.tokens / runtime if runtime > 0 else 0.0,
             "resumed_from": resume.name if resume else None}
 
