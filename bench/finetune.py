@@ -98,6 +98,9 @@ def main() -> None:
         data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts * 8))
         runs: dict[str, list[float]] = {"recipe": [], "plain": []}
         cpu: dict[str, list[float]] = {"recipe": [], "plain": []}
+        # One untimed run first: the process's first training pays one-time costs (kernel
+        # set-up, allocator growth) that would otherwise fall on whichever variant runs first.
+        plain(base, data, root / "warmup", 2)
         for i in range(a.repeats):
             for name, fn in (("recipe", recipe), ("plain", plain)):
                 wall_rate, cpu_rate = fn(base, data, root / f"{name}-{i}", a.steps)
