@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "default_admin_config_path",
     "default_user_config_path",
+    "djl_environ",
     "job_name",
     "job_run_context",
     "load_defaults",
@@ -134,6 +135,13 @@ def shoal_environ() -> dict[str, str]:
     """A snapshot of the ``SHOAL_*`` environment, for entry points that parse their own knobs
     (the model server's ``ServerOptions.from_env``)."""
     return {k: v for k, v in os.environ.items() if k.startswith("SHOAL_")}
+
+
+def djl_environ() -> dict[str, str]:
+    """A snapshot of the variables DJL's LLM containers read beside ``serving.properties``
+    (``OPTION_*``, ``SERVING_*``, ``HF_MODEL_ID``), for the LLM server's options."""
+    return {k: v for k, v in os.environ.items()
+            if k.startswith(("OPTION_", "SERVING_")) or k == "HF_MODEL_ID"}
 
 
 def default_admin_config_path() -> Path:

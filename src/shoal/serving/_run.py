@@ -29,6 +29,10 @@ __all__ = ["bind", "serve"]
 
 log = logging.getLogger(__name__)
 
+#: A model directory holding this file (or the file alone) is an LLM, served by _LLM_SERVER.
+_LLM_PROPERTIES = "serving.properties"
+_LLM_SERVER = "shoal.llm.serving._run"
+
 _STOP_GRACE_S = 30.0
 
 
@@ -45,8 +49,12 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     ``port=0``). Raises ``ModelLoadError`` before listening when *model* holds nothing to
     serve, and ``ServingError`` when the port cannot be bound.
     """
+    if Path(os.fspath(model)).name == _LLM_PROPERTIES:
+        return _serve_llm(model, options, port_file)
     resolved = resolve_model(model)
     try:
+        if (resolved.path / _LLM_PROPERTIES).is_file():
+            return _serve_llm(resolved.path, options, port_file)
         select_handler(resolved.path, options)  # fail before listening when there is no model
         sock = bind(options.host, options.port)
         port = sock.getsockname()[1]
@@ -67,6 +75,16 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
                 sock.close()
     finally:
         resolved.cleanup()
+
+
+def _serve_llm(model: str | os.PathLike[str], options: ServerOptions,
+               port_file: str | os.PathLike[str] | None) -> int:
+    """DJL's serving.properties marks an LLM: shoal.llm's server serves it. It sits a layer
+    above, so it is found by dotted path, as registries find implementations."""
+    import importlib
+
+    llm_serve = importlib.import_module(_LLM_SERVER).serve
+    return int(llm_serve(model, options=options, port_file=port_file))
 
 
 def bind(host: str, port: int) -> socket.socket:

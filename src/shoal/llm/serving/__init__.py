@@ -1,0 +1,49 @@
+"""The LLM server: DJL's ``serving.properties``, a transformers engine with continuous
+batching (vLLM when asked), and the LMI (``/invocations``), TGI (``/generate``,
+``/generate_stream``) and OpenAI (``/v1/completions``, ``/v1/chat/completions``,
+``/v1/models``) APIs, beside ``/ping`` and ``/metrics``.
+
+``python -m shoal.serving --model DIR`` (and ``shoal serve DIR``, ``Model(...).deploy()``)
+comes here when ``DIR`` holds ``serving.properties``. In Python::
+
+    from shoal.llm.serving import serve
+    serve("model/", options=ServerOptions(port=8080))     # blocks until SIGTERM
+
+Importing this package loads neither torch nor transformers; the model loads when a server
+starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.llm.serving._app import LlmServerApp
+    from shoal.llm.serving._params import GenerationParams
+    from shoal.llm.serving._properties import LlmServingOptions, load_serving_options
+    from shoal.llm.serving._run import serve
+
+__all__ = ["GenerationParams", "LlmServerApp", "LlmServingOptions", "load_serving_options",
+           "serve"]
+
+_LAZY = {
+    "LlmServerApp": "shoal.llm.serving._app",
+    "GenerationParams": "shoal.llm.serving._params",
+    "LlmServingOptions": "shoal.llm.serving._properties",
+    "load_serving_options": "shoal.llm.serving._properties",
+    "serve": "shoal.llm.serving._run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal.llm.serving' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,432 @@
+"""The built-in engine: a transformers causal LM decoded with continuous (iteration-level)
+batching on one thread.
+
+The live batch is one left-padded KV cache with its attention mask. Each iteration admits
+waiting requests (prefilled together, then their caches are left-padded to the batch's length
+and concatenated), runs one decode step for every live sequence, and drops the sequences that
+finished or whose client went away (rows removed, then leading columns no row uses trimmed),
+so memory follows the live batch. Position ids are each row's own count of real tokens, and
+padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
+``generate()``.
+
+The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and text only.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from shoal.errors import OverloadedError
+from shoal.llm.serving._params import GenerationParams
+
+__all__ = ["EngineObserver", "FinishReason", "Generation", "TokenEvent", "TransformersEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class FinishReason(StrEnum):
+    LENGTH = "length"
+    EOS = "eos_token"
+    STOP = "stop_sequence"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token. ``text`` is the new text it adds (possibly empty: a partial UTF-8
+    character or a possible start of a stop sequence is held back); all ``text`` of a
+    generation concatenate to its final ``generated_text``, set on the last event with
+    ``finish``. ``error`` ends a generation that failed."""
+
+    token_id: int
+    text: str
+    logprob: float
+    special: bool
+    finish: FinishReason | None = None
+    generated_text: str | None = None
+    error: str | None = None
+
+
+class EngineObserver:
+    """Receives the engine's measurements (the server's metrics); does nothing by default."""
+
+    def step(self, live: int, tokens: int, seconds: float) -> None:
+        """One decode step over *live* sequences produced *tokens* tokens."""
+
+    def first_token(self, seconds: float) -> None:
+        """A request got its first token *seconds* after it was submitted."""
+
+
+_ids = itertools.count(1)
+
+
+class Generation:
+    """One request inside the engine; ``cancel()`` frees its slot at the next step."""
+
+    __slots__ = ("cancelled", "finish", "first_token_at", "generated", "generator", "id",
+                 "on_event", "params", "prompt_ids", "seed", "sent", "submitted_at")
+
+    def __init__(self, prompt_ids: Sequence[int], params: GenerationParams,
+                 on_event: Callable[[TokenEvent], None]) -> None:
+        self.id = next(_ids)
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.on_event = on_event
+        self.cancelled = False
+        self.generated: list[int] = []
+        self.sent = 0  # characters of text already emitted
+        self.finish: FinishReason | None = None
+        self.seed: int | None = params.seed
+        self.generator: Any = None
+        self.submitted_at = time.perf_counter()
+        self.first_token_at: float | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class TransformersEngine:
+    """Continuous batching over a loaded ``model`` and ``tokenizer``.
+
+    ``submit`` is thread-safe and returns at once; events arrive through the generation's
+    ``on_event`` on the engine's thread (keep the callback short). Raises ``OverloadedError``
+    when ``max_queue`` requests already wait.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch: int, max_queue: int,
+                 max_model_len: int, observer: EngineObserver | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.max_model_len = max_model_len
+        self.observer = observer or EngineObserver()
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | self.eos_ids
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
+        self.device = next(model.parameters()).device
+        self._cond = threading.Condition()
+        self._pending: collections.deque[Generation] = collections.deque()
+        self._active: list[Generation] = []
+        self._cache: Any = None
+        self._mask: Any = None
+        self._paused = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # --- the request side --------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    @property
+    def live(self) -> int:
+        return len(self._active)
+
+    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
+               on_event: Callable[[TokenEvent], None]) -> Generation:
+        generation = Generation(prompt_ids, params, on_event)
+        with self._cond:
+            if len(self._pending) >= self.max_queue:
+                raise OverloadedError(f"{len(self._pending)} requests already wait for a batch "
+                                      f"slot (job_queue_size={self.max_queue}); retry shortly",
+                                      queue=len(self._pending))
+            self._pending.append(generation)
+            self._cond.notify()
+        return generation
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="shoal-llm-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def pause(self) -> None:
+        """Hold the loop after its current step (tests use it to queue requests up)."""
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        import torch
+
+        while True:
+            with self._cond:
+                while not self._stopping and (self._paused
+                                              or not (self._pending or self._active)):
+                    self._cond.wait()
+                if self._stopping:
+                    self._fail_all("the server is shutting down")
+                    return
+                room = self.max_batch - len(self._active)
+                new: list[Generation] = []
+                while self._pending and len(new) < room:
+                    g = self._pending.popleft()
+                    if not g.cancelled:
+                        new.append(g)
+            try:
+                with torch.inference_mode():
+                    self._retire([g.cancelled for g in self._active])
+                    if new:
+                        self._prefill(new)
+                    if self._active:
+                        self._decode()
+            except Exception as e:  # a bug or an OOM: fail the batch, keep serving
+                log.exception("generation step failed; failing the %d live requests",
+                              len(self._active) + len(new))
+                for g in {*self._active, *new}:
+                    self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
+                self._active, self._cache, self._mask = [], None, None
+
+    def _prefill(self, new: list[Generation]) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        length = max(len(g.prompt_ids) for g in new)
+        ids = torch.full((len(new), length), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(new), length), dtype=torch.long)
+        for row, g in enumerate(new):
+            n = len(g.prompt_ids)
+            ids[row, length - n:] = torch.tensor(g.prompt_ids)
+            mask[row, length - n:] = 1
+            if g.params.do_sample:
+                if g.seed is None:
+                    g.seed = random.randrange(2**63)
+                g.generator = torch.Generator(device=self.device).manual_seed(g.seed)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        started = time.perf_counter()
+        cache = DynamicCache()
+        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                         position_ids=positions.to(self.device), past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        self._merge(out.past_key_values, mask.to(self.device), new)
+        self._advance(new, out.logits[:, -1, :], offset=len(self._active) - len(new))
+        self.observer.step(len(self._active), len(new), time.perf_counter() - started)
+
+    def _decode(self) -> None:
+        import torch
+
+        started = time.perf_counter()
+        active = self._active
+        ids = torch.tensor([[g.generated[-1]] for g in active], device=self.device)
+        positions = self._mask.sum(-1, keepdim=True)
+        self._mask = torch.cat([self._mask, self._mask.new_ones((len(active), 1))], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions,
+                         past_key_values=self._cache, use_cache=True)
+        self._cache = out.past_key_values
+        live = len(active)
+        self._advance(list(active), out.logits[:, -1, :], offset=0)
+        self.observer.step(live, live, time.perf_counter() - started)
+
+    # --- tokens --------------------------------------------------------------------------------
+
+    def _advance(self, rows: list[Generation], logits: Any, *, offset: int) -> None:
+        """Choose each row's next token, emit it, and retire the rows that finished (*rows*
+        are the batch's rows from *offset* on)."""
+        tokens, logprobs = self._choose(logits, rows)
+        done = [False] * len(self._active)
+        for i, (g, token, logprob) in enumerate(zip(rows, tokens, logprobs, strict=True)):
+            done[offset + i] = self._append(g, token, logprob)
+        self._retire(done)
+
+    def _choose(self, logits: Any, rows: list[Generation]) -> tuple[list[int], list[float]]:
+        import torch
+
+        logits = logits.float()
+        if all(g.params.plain_greedy for g in rows):
+            chosen = logits.argmax(-1)
+            logprobs = torch.log_softmax(logits, -1).gather(1, chosen[:, None])[:, 0]
+            return chosen.tolist(), logprobs.tolist()
+        tokens: list[int] = []
+        logprobs_out: list[float] = []
+        for row, g in enumerate(rows):
+            scores = _penalise(logits[row], g, self.device)
+            if not g.params.do_sample:
+                token = int(scores.argmax())
+                logprobs_out.append(float(torch.log_softmax(scores, -1)[token]))
+            else:
+                scores = _warp(scores, g.params)
+                probs = torch.softmax(scores, -1)
+                token = int(torch.multinomial(probs, 1, generator=g.generator))
+                logprobs_out.append(float(torch.log(probs[token])))
+            tokens.append(token)
+        return tokens, logprobs_out
+
+    def _append(self, g: Generation, token: int, logprob: float) -> bool:
+        if g.first_token_at is None:
+            g.first_token_at = time.perf_counter()
+            self.observer.first_token(g.first_token_at - g.submitted_at)
+        g.generated.append(token)
+        params = g.params
+        text = self.tokenizer.decode(g.generated, skip_special_tokens=True)
+        finish: FinishReason | None = None
+        if token in self.eos_ids:
+            finish = FinishReason.EOS
+        if params.stop:
+            cut = _find_stop(text, params.stop, g.sent)
+            if cut is not None:
+                text, finish = text[:cut], FinishReason.STOP
+        if finish is None and (len(g.generated) >= params.max_new_tokens
+                               or len(g.prompt_ids) + len(g.generated) >= self.max_model_len):
+            finish = FinishReason.LENGTH
+        end = len(text) if finish is not None else _safe_end(text, params.stop)
+        delta = text[g.sent:end] if end > g.sent else ""
+        g.sent = max(g.sent, end)
+        g.finish = finish
+        self._emit(g, TokenEvent(token, delta, logprob, token in self.special_ids, finish,
+                                 text if finish is not None else None))
+        return finish is not None
+
+    def _emit(self, g: Generation, event: TokenEvent) -> None:
+        try:
+            g.on_event(event)
+        except Exception:  # a callback's failure must not stop the batch
+            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
+            g.cancel()
+
+    def _fail_all(self, why: str) -> None:
+        for g in [*self._active, *self._pending]:
+            self._emit(g, TokenEvent(-1, "", 0.0, False, error=why))
+        self._active, self._cache, self._mask = [], None, None
+        self._pending.clear()
+
+    # --- the KV cache --------------------------------------------------------------------------
+
+    def _merge(self, cache: Any, mask: Any, new: list[Generation]) -> None:
+        """Append *new* rows (their prefilled *cache*) to the live batch, left-padding the
+        shorter of the two to the other's length."""
+        if self._cache is None or not self._active:
+            self._cache, self._mask, self._active = cache, mask, list(new)
+            return
+        length = max(self._mask.shape[1], mask.shape[1])
+        for old, add in zip(self._cache.layers, cache.layers, strict=True):
+            old.keys = _cat_rows(old.keys, add.keys, length)
+            old.values = _cat_rows(old.values, add.values, length)
+        self._mask = _cat_rows(self._mask, mask, length)
+        self._active.extend(new)
+
+    def _retire(self, done: list[bool]) -> None:
+        """Remove the rows marked *done* from the batch and trim padding no row needs."""
+        if not any(done):
+            return
+        import torch
+
+        keep = [i for i, d in enumerate(done) if not d]
+        self._active = [self._active[i] for i in keep]
+        if not keep:
+            self._cache = self._mask = None
+            return
+        index = torch.tensor(keep, device=self.device)
+        self._mask = self._mask[index]
+        first = int(self._mask.any(0).int().argmax())
+        for layer in self._cache.layers:
+            layer.keys = layer.keys[index, :, first:, :]
+            layer.values = layer.values[index, :, first:, :]
+        self._mask = self._mask[:, first:]
+
+
+def _cat_rows(a: Any, b: Any, length: int) -> Any:
+    """Rows of *a* then *b*, each left-padded with zeros to *length* along the sequence axis
+    (the last axis of a mask, the one before last of keys and values)."""
+    import torch
+    import torch.nn.functional as F
+
+    def pad(x: Any) -> Any:
+        missing = length - x.shape[-1 if x.dim() == 2 else -2]
+        if missing == 0:
+            return x
+        return F.pad(x, (missing, 0)) if x.dim() == 2 else F.pad(x, (0, 0, missing, 0))
+
+    return torch.cat([pad(a), pad(b)], dim=0)
+
+
+def _penalise(scores: Any, g: Generation, device: Any) -> Any:
+    """transformers' repetition penalty over the prompt and the generated tokens."""
+    import torch
+
+    penalty = g.params.repetition_penalty
+    if penalty == 1.0:
+        return scores
+    seen = torch.tensor(g.prompt_ids + g.generated, device=device)
+    picked = scores.gather(0, seen)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return scores.scatter(0, seen, picked)
+
+
+def _warp(scores: Any, params: GenerationParams) -> Any:
+    """Temperature, then top-k, then top-p (nucleus), as transformers orders them."""
+    import torch
+
+    scores = scores / params.temperature
+    if params.top_k > 0 and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        ordered, order = torch.sort(scores, descending=True)
+        probs = torch.softmax(ordered, -1)
+        before = probs.cumsum(-1) - probs  # mass of the tokens ranked above each one
+        drop = before > params.top_p
+        drop[0] = False
+        scores = scores.scatter(0, order, ordered.masked_fill(drop, float("-inf")))
+    return scores
+
+
+def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
+    """Where the earliest stop sequence starts in *text* (text before *sent* holds none)."""
+    best: int | None = None
+    for stop in stops:
+        at = text.find(stop, max(0, sent - len(stop) + 1))
+        if at >= 0 and (best is None or at < best):
+            best = at
+    return best
+
+
+def _safe_end(text: str, stops: tuple[str, ...]) -> int:
+    """How much of *text* can be sent now: not a trailing partial character (U+FFFD from an
+    incomplete UTF-8 sequence), nor a tail that may be the start of a stop sequence."""
+    end = len(text)
+    while end > 0 and text[end - 1] == "\ufffd":
+        end -= 1
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, end), 0, -1):
+            if text[end - n:end] == stop[:n]:
+                hold = max(hold, n)
+                break
+    return end - hold
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None) if config is not None else None
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos is not None:
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids

@@ -1,0 +1,130 @@
+"""Loading the model ``serving.properties`` describes into an engine: transformers (CPU or
+GPUs, a device map over ``tensor_parallel_degree`` GPUs, bitsandbytes when asked) or vLLM.
+Runs on the server's load thread, after it listens."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.errors import ModelLoadError
+from shoal.llm.serving._engine import EngineObserver, TransformersEngine
+from shoal.llm.serving._properties import LlmServingOptions, LocatedModel, Quantize, locate_model
+
+__all__ = ["LoadedModel", "load_model"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    engine: TransformersEngine
+    tokenizer: Any
+    located: LocatedModel
+    max_model_len: int
+    description: str
+
+
+def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedModel:
+    """The engine for *options*; ``ModelLoadError`` says what is wrong and where it looked."""
+    if options.uses_vllm:
+        _require_vllm(options)
+    located = locate_model(options)
+    try:
+        return _load_transformers(options, located, observer)
+    except BaseException:
+        located.cleanup()
+        raise
+
+
+def _require_vllm(options: LlmServingOptions) -> None:
+    import importlib.util
+
+    key = ("engine=vllm" if options.rolling_batch.value != "vllm"
+           else "option.rolling_batch=vllm")
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelLoadError(f"{key} needs the vllm package on a GPU machine, and it is not "
+                             f"installed; install vllm there, or set option.rolling_batch=auto "
+                             f"for the built-in transformers engine", key=key)
+    # TODO(#8): drive vllm's engine behind the same submit/on_event interface; it cannot be
+    # exercised on these machines (no GPU), so it is refused rather than shipped untested.
+    raise ModelLoadError(f"{key}: the vLLM engine adapter is not implemented yet; set "
+                         f"option.rolling_batch=auto for the built-in transformers engine",
+                         key=key)
+
+
+def _load_transformers(options: LlmServingOptions, located: LocatedModel,
+                       observer: EngineObserver) -> LoadedModel:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path = located.path
+    remote = options.trust_remote_code
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=remote)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load the model's config or tokenizer from {path}: {e}",
+                             path=str(path)) from e
+    limit = getattr(config, "max_position_embeddings", None) or 2048
+    max_len = options.max_model_len or limit
+    if max_len > limit:
+        key = "option.max_model_len / option.n_positions"
+        raise ModelLoadError(f"{key}={max_len} is more than the model's "
+                             f"max_position_embeddings ({limit}); set at most {limit}", key=key,
+                             value=str(max_len))
+    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": options.dtype}
+    kwargs.update(_placement(options, torch))
+    if options.quantize is not None:
+        kwargs["quantization_config"] = _quantization(options.quantize)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+    except (OSError, ValueError, ImportError) as e:
+        raise ModelLoadError(f"cannot load the model from {path}: {type(e).__name__}: {e}",
+                             path=str(path)) from e
+    engine = TransformersEngine(model, tokenizer, max_batch=options.batch_size,
+                                max_queue=options.job_queue_size, max_model_len=max_len,
+                                observer=observer)
+    device = next(model.parameters()).device
+    description = (f"{type(model).__name__} from {path} on {device} "
+                   f"({next(model.parameters()).dtype}), transformers engine, "
+                   f"{'continuous batching of up to ' + str(options.batch_size) if options.batch_size > 1 else 'one request at a time'}, "
+                   f"max_model_len {max_len}")
+    return LoadedModel(engine, tokenizer, located, max_len, description)
+
+
+def _placement(options: LlmServingOptions, torch: Any) -> dict[str, Any]:
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    degree = options.tensor_parallel_degree
+    if gpus == 0:
+        if degree is not None and degree > 1:
+            raise ModelLoadError(f"option.tensor_parallel_degree={degree} needs {degree} GPUs; "
+                                 f"this machine has none (use 1 or max)",
+                                 key="option.tensor_parallel_degree", value=str(degree))
+        return {}
+    degree = gpus if degree is None else degree
+    if degree > gpus:
+        raise ModelLoadError(f"option.tensor_parallel_degree={degree}, but this machine has "
+                             f"{gpus} GPU(s)", key="option.tensor_parallel_degree",
+                             value=str(degree))
+    if degree == 1:
+        return {"device_map": {"": 0}}
+    # the transformers engine splits layers over the GPUs (a device map), not tensors
+    return {"device_map": "auto",
+            "max_memory": {i: torch.cuda.get_device_properties(i).total_memory
+                           for i in range(degree)}}
+
+
+def _quantization(quantize: Quantize) -> Any:
+    import importlib.util
+
+    from transformers import BitsAndBytesConfig
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError(f"option.quantize={quantize.value} needs bitsandbytes, which is not "
+                             f"installed ('pip install bitsandbytes'), or remove option.quantize",
+                             key="option.quantize", value=quantize.value)
+    if quantize is Quantize.BITSANDBYTES4:
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
+    return BitsAndBytesConfig(load_in_8bit=True)

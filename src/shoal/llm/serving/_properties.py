@@ -1,0 +1,306 @@
+"""``LlmServingOptions``: DJL's ``serving.properties`` (and its ``OPTION_*`` / ``SERVING_*``
+environment overrides) parsed and validated once, before the server listens.
+
+Where the model behind ``option.model_id`` is found (a directory, an fsspec URI, a hub id from
+the local cache) is decided at load time by ``locate_model``; nothing here does I/O besides
+reading the properties file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from shoal.errors import ModelLoadError
+
+__all__ = ["Engine", "LlmServingOptions", "LocatedModel", "Quantize", "RollingBatch", "find_properties",
+           "load_serving_options", "locate_model"]
+
+log = logging.getLogger(__name__)
+
+PROPERTIES = "serving.properties"
+#: DJL's model path inside a SageMaker container; the fine-tuning recipe writes it.
+_SAGEMAKER_MODEL_DIR = "/opt/ml/model"
+
+
+class Engine(StrEnum):
+    PYTHON = "python"            # DJL's default for LMI; the transformers engine here
+    MPI = "mpi"                  # DJL's multi-GPU engine name; the transformers engine here
+    TRANSFORMERS = "transformers"
+    VLLM = "vllm"
+
+
+class RollingBatch(StrEnum):
+    AUTO = "auto"        # continuous batching with the built-in transformers engine
+    DISABLE = "disable"  # one request at a time
+    VLLM = "vllm"        # vLLM's engine (GPU, when installed)
+
+
+class Quantize(StrEnum):
+    BITSANDBYTES4 = "bitsandbytes4"
+    BITSANDBYTES8 = "bitsandbytes8"
+
+
+_QUANTIZE_ALIASES = {"bitsandbytes": Quantize.BITSANDBYTES8, "bitsandbytes8": Quantize.BITSANDBYTES8,
+                     "bnb8": Quantize.BITSANDBYTES8, "bitsandbytes4": Quantize.BITSANDBYTES4,
+                     "bnb4": Quantize.BITSANDBYTES4, "nf4": Quantize.BITSANDBYTES4}
+_DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
+           "bf16": "bfloat16", "bfloat16": "bfloat16", "auto": "auto"}
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+#: Lower-cased key → field. ``option.n_positions`` is DJL's older name for the length limit.
+_KEYS: dict[str, str] = {
+    "engine": "engine",
+    "job_queue_size": "job_queue_size",
+    "option.model_id": "model_id",
+    "option.tensor_parallel_degree": "tensor_parallel_degree",
+    "option.dtype": "dtype",
+    "option.max_rolling_batch_size": "max_rolling_batch_size",
+    "option.rolling_batch": "rolling_batch",
+    "option.n_positions": "max_model_len",
+    "option.max_model_len": "max_model_len",
+    "option.trust_remote_code": "trust_remote_code",
+    "option.quantize": "quantize",
+    "option.entrypoint": "entry_point",
+    "option.model_loading_timeout": "model_loading_timeout",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LlmServingOptions:
+    """How an LLM is loaded and served, from ``serving.properties``.
+
+    Attributes:
+        base_dir: the directory holding ``serving.properties`` (relative model ids start here).
+        engine: ``Python``/``MPI``/``transformers`` (the built-in engine) or ``vllm``.
+        model_id: a directory, an fsspec URI, or a hub id from the local cache; ``None``: the
+            model beside ``serving.properties``.
+        tensor_parallel_degree: GPUs to spread the model over (``None``: ``max``, all there are).
+        dtype: torch dtype name, or ``auto`` (the checkpoint's).
+        max_rolling_batch_size: sequences decoded together.
+        rolling_batch: ``auto`` (continuous batching), ``disable`` or ``vllm``.
+        max_model_len: prompt + generated tokens per sequence (``None``: the model's limit).
+        quantize: bitsandbytes 4 or 8 bit at load.
+        entry_point: a custom ``model.py`` handler, served by the regular model server.
+        model_loading_timeout: seconds the load may take before the server gives up.
+        job_queue_size: requests waiting for a batch slot before 503.
+        unknown: keys this server does not know (reported once at load).
+        sources: where each set field came from (``serving.properties`` or a variable).
+
+    Example::
+
+        opts = load_serving_options(Path("model/"), {"OPTION_DTYPE": "fp32"})
+    """
+
+    base_dir: Path
+    engine: Engine = Engine.PYTHON
+    model_id: str | None = None
+    tensor_parallel_degree: int | None = None
+    dtype: str = "auto"
+    max_rolling_batch_size: int = 32
+    rolling_batch: RollingBatch = RollingBatch.AUTO
+    max_model_len: int | None = None
+    trust_remote_code: bool = False
+    quantize: Quantize | None = None
+    entry_point: str | None = None
+    model_loading_timeout: float = 1800.0
+    job_queue_size: int = 1000
+    unknown: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def uses_vllm(self) -> bool:
+        return self.engine is Engine.VLLM or self.rolling_batch is RollingBatch.VLLM
+
+    @property
+    def batch_size(self) -> int:
+        return 1 if self.rolling_batch is RollingBatch.DISABLE else self.max_rolling_batch_size
+
+
+def find_properties(model: str | os.PathLike[str]) -> Path | None:
+    """``serving.properties`` for *model* (the file itself, or one inside the directory)."""
+    path = Path(os.fspath(model))
+    if path.name == PROPERTIES and path.is_file():
+        return path
+    candidate = path / PROPERTIES
+    return candidate if candidate.is_file() else None
+
+
+def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOptions:
+    """Options from ``serving.properties`` at *path* (a file or its directory), overridden by
+    DJL's variables in *environ*: ``OPTION_<NAME>`` sets ``option.<name>``, ``SERVING_<NAME>``
+    sets ``<name>``, ``HF_MODEL_ID`` sets ``option.model_id``.
+
+    Raises ``ModelLoadError`` naming the key and the value that is wrong.
+    """
+    source = path if path.is_file() else path / PROPERTIES
+    raw: dict[str, tuple[str, str, str]] = {}  # lower key → (key as written, value, source)
+    if source.is_file():
+        for key, value in _read(source).items():
+            raw[key.lower()] = (key, value, str(source))
+    for var, value in sorted(environ.items()):
+        if var.startswith("OPTION_"):
+            key = "option." + var.removeprefix("OPTION_").lower()
+        elif var.startswith("SERVING_"):
+            key = var.removeprefix("SERVING_").lower()
+        elif var == "HF_MODEL_ID":
+            key = "option.model_id"
+        else:
+            continue
+        raw[key] = (key, value, f"${var}")
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    unknown: list[str] = []
+    for lower, (key, value, origin) in raw.items():
+        name = _KEYS.get(lower)
+        if name is None:
+            unknown.append(key)
+            continue
+        values[name] = _convert(name, key, value.strip(), origin)
+        sources[name] = origin
+    if unknown:
+        log.warning("%s: ignoring key(s) this server does not know: %s (known: %s)", source,
+                    ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS)))
+    return LlmServingOptions(base_dir=source.parent.resolve(), unknown=tuple(sorted(unknown)),
+                             sources=sources, **values)  # type: ignore[arg-type]
+
+
+def _read(source: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in source.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _bad(key: str, value: str, origin: str, expected: str) -> ModelLoadError:
+    return ModelLoadError(f"{origin}: {key}={value!r} is not valid: expected {expected}",
+                          key=key, value=value, source=origin)
+
+
+def _convert(name: str, key: str, value: str, origin: str) -> object:
+    low = value.lower()
+    if name == "engine":
+        try:
+            return Engine(low)
+        except ValueError:
+            raise _bad(key, value, origin, "Python, MPI, transformers or vllm") from None
+    if name == "rolling_batch":
+        try:
+            return RollingBatch(low)
+        except ValueError:
+            raise _bad(key, value, origin, "auto, disable or vllm") from None
+    if name == "dtype":
+        if low not in _DTYPES:
+            raise _bad(key, value, origin, "fp32, fp16, bf16 or auto")
+        return _DTYPES[low]
+    if name == "quantize":
+        if low not in _QUANTIZE_ALIASES:
+            raise _bad(key, value, origin, "bitsandbytes4 or bitsandbytes8 (bitsandbytes)")
+        return _QUANTIZE_ALIASES[low]
+    if name == "trust_remote_code":
+        if low not in _BOOLS:
+            raise _bad(key, value, origin, "true or false")
+        return _BOOLS[low]
+    if name == "tensor_parallel_degree":
+        if low == "max":
+            return None
+        return _positive_int(key, value, origin, "a GPU count >= 1 or max")
+    if name in ("max_rolling_batch_size", "max_model_len", "job_queue_size"):
+        return _positive_int(key, value, origin, "an integer >= 1")
+    if name == "model_loading_timeout":
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise _bad(key, value, origin, "a number of seconds > 0")
+        return seconds
+    if not value:
+        raise _bad(key, value, origin, "a non-empty value")
+    return value
+
+
+def _positive_int(key: str, value: str, origin: str, expected: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise _bad(key, value, origin, expected) from None
+    if number < 1:
+        raise _bad(key, value, origin, expected)
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class LocatedModel:
+    """A local model directory; ``cleanup`` removes a fetched copy."""
+
+    path: Path
+    cleanup_dir: Path | None = None
+
+    def cleanup(self) -> None:
+        if self.cleanup_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.cleanup_dir, ignore_errors=True)
+
+
+def locate_model(options: LlmServingOptions) -> LocatedModel:
+    """The local directory of the model ``option.model_id`` names.
+
+    Looks, in order: beside ``serving.properties`` (no model id, or DJL's ``/opt/ml/model``
+    when that does not exist here); a local path (relative to ``serving.properties``); an
+    fsspec URI (fetched); a hub id in the local Hugging Face cache (offline). Raises
+    ``ModelLoadError`` listing every place it looked.
+    """
+    model_id = options.model_id
+    base = options.base_dir
+    if model_id is None or (model_id.rstrip("/") == _SAGEMAKER_MODEL_DIR
+                            and not Path(_SAGEMAKER_MODEL_DIR).exists()):
+        if (base / "config.json").is_file():
+            return LocatedModel(base)
+        raise ModelLoadError(f"no model to serve: option.model_id is {model_id or 'not set'} "
+                             f"and {base} holds no config.json; set option.model_id to a "
+                             f"model directory, URI or hub id", path=str(base))
+    if "://" in model_id and not model_id.startswith("file://"):
+        from shoal.serving._artifact import resolve_model
+
+        resolved = resolve_model(model_id)
+        return LocatedModel(resolved.path, resolved.temp_dir)
+    local = Path(model_id.removeprefix("file://")).expanduser()
+    local = local if local.is_absolute() else base / local
+    if local.is_dir():
+        return LocatedModel(local.resolve())
+    looked = [f"the directory {local}"]
+    if _looks_like_hub_id(model_id):
+        found, where = _from_hub_cache(model_id)
+        if found is not None:
+            return LocatedModel(found)
+        looked.append(where)
+    raise ModelLoadError(f"option.model_id={model_id!r} cannot be found: looked at "
+                         f"{' and '.join(looked)}; give a model directory, a URI (s3://...) or "
+                         f"a hub id already in the local cache", model_id=model_id)
+
+
+def _looks_like_hub_id(model_id: str) -> bool:
+    parts = model_id.split("/")
+    return 1 <= len(parts) <= 2 and all(parts) and not model_id.startswith((".", "~"))
+
+
+def _from_hub_cache(repo_id: str) -> tuple[Path | None, str]:
+    try:
+        from huggingface_hub import constants, snapshot_download
+    except ImportError:
+        return None, "the Hugging Face cache (huggingface_hub is not installed)"
+    where = f"the Hugging Face cache {constants.HF_HUB_CACHE} (offline)"
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True)), where
+    except Exception:  # any hub error means "not in the cache"
+        return None, where

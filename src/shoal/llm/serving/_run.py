@@ -1,0 +1,121 @@
+"""Running the LLM server: read ``serving.properties`` (a bad value fails here, before the
+port is bound), bind, and serve with uvicorn in this process until SIGTERM/SIGINT.
+
+``python -m shoal.serving`` comes here for a model with ``serving.properties``; one process
+serves (the engine batches, so ``--workers`` above 1 would only split the batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from shoal.errors import ModelLoadError
+from shoal.llm.serving._properties import find_properties, load_serving_options
+from shoal.serving._options import ServerOptions
+
+__all__ = ["serve"]
+
+log = logging.getLogger(__name__)
+
+_STOP_GRACE_S = 30.0
+
+
+class _Stop(BaseException):
+    """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
+
+
+def serve(model: str | os.PathLike[str], *, options: ServerOptions,
+          port_file: str | os.PathLike[str] | None = None) -> int:
+    """Serve the LLM of *model* (a directory with ``serving.properties``, or that file) until
+    SIGTERM or SIGINT; 0, or 1 when the model fails to load.
+
+    Raises ``ModelLoadError`` before listening when ``serving.properties`` is missing or has
+    a bad value (naming the key and the value), ``ServingError`` when the port is taken.
+    """
+    from shoal.config import djl_environ
+    from shoal.serving._run import bind
+
+    properties = find_properties(model)
+    if properties is None:
+        raise ModelLoadError(f"{model} holds no serving.properties", path=os.fspath(model))
+    llm = load_serving_options(properties, djl_environ())
+    if options.workers > 1:
+        log.warning("an LLM is served by one process (its engine batches requests); ignoring "
+                    "workers=%d", options.workers)
+    sock = bind(options.host, options.port)
+    port = sock.getsockname()[1]
+    if port_file is not None:
+        target = Path(port_file)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{port}\n")
+        os.replace(tmp, target)
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    sys.stdout.write(f"shoal LLM server listening on http://{host}:{port} (serving.properties "
+                     f"{properties})\n")
+    sys.stdout.flush()
+    saved: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            saved[sig] = signal.signal(sig, _raise_stop)
+    try:
+        return _run(sock, llm, options)
+    except _Stop:
+        return 0
+    finally:
+        sock.close()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
+    import uvicorn
+
+    status = 0
+    server: uvicorn.Server | None = None
+
+    def failed(error: BaseException) -> None:
+        nonlocal status
+        status = 1
+        if server is not None:
+            server.should_exit = True
+
+    if llm.entry_point:
+        app: Any = _script_app(llm, options, failed)
+    else:
+        from shoal.llm.serving._app import LlmServerApp
+
+        app = LlmServerApp(llm, options, on_load_error=failed)
+    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
+                            server_header=False, timeout_keep_alive=75,
+                            timeout_graceful_shutdown=_STOP_GRACE_S)
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    return status
+
+
+def _script_app(llm: Any, options: ServerOptions, failed: Any) -> Any:
+    """``option.entryPoint``: the model's own handler (``model_fn``/``predict_fn``/... as in
+    ``code/inference.py``), served by the regular model server on ``/invocations``."""
+    from shoal.serving._app import ModelServerApp
+    from shoal.serving._artifact import ResolvedModel
+    from shoal.serving._script import ScriptHandler
+
+    script = Path(llm.entry_point)
+    script = script if script.is_absolute() else llm.base_dir / script
+    if not script.is_file():
+        raise ModelLoadError(f"option.entryPoint={llm.entry_point!r}: {script} does not exist",
+                             key="option.entryPoint", value=llm.entry_point)
+    handler = ScriptHandler(llm.base_dir, script, options)
+    return ModelServerApp(handler, options, resolved=ResolvedModel(llm.base_dir),
+                          on_load_error=failed)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)

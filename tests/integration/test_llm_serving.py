@@ -1,0 +1,283 @@
+"""The LLM server (issue #8) on a tiny random-init Llama, over real HTTP (uvicorn on a thread):
+greedy output through every API equals transformers' ``generate()``; streams concatenate to
+the whole text; stop sequences end and are trimmed; the openai and huggingface_hub clients
+work unchanged; requests joining a decoding batch finish as they would alone; bad requests
+get a clear error each while the server stays up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import httpx  # noqa: E402
+import pytest  # noqa: E402
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from helpers import wait_until  # noqa: E402
+from llm_models import MAX_POSITIONS, Reference, make_tiny_llm  # noqa: E402
+from shoal.llm.serving import GenerationParams, LlmServerApp, load_serving_options  # noqa: E402
+from shoal.serving import ServerOptions  # noqa: E402
+
+PROMPTS = ["The shoal swims past", "A reef", "Every job batches the tokens in order. The server"]
+N = 12
+
+
+class ThreadServer:
+    """*app* under uvicorn on 127.0.0.1, port 0, on a thread."""
+
+    def __init__(self, app: LlmServerApp) -> None:
+        import uvicorn
+
+        from shoal.serving._run import bind
+
+        self.app = app
+        self.sock = bind("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_config=None,
+                                                    access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        wait_until(lambda: httpx.get(self.url + "/ping").status_code == 200, 60,
+                   what="the LLM server to load")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llm(tmp_path_factory.mktemp("llm") / "model",
+                         option_max_rolling_batch_size=8, job_queue_size=4)
+
+
+@pytest.fixture(scope="module")
+def ref(model_dir: Path) -> Reference:
+    return Reference(model_dir)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[ThreadServer]:
+    app = LlmServerApp(load_serving_options(model_dir, {}), ServerOptions(port=0))
+    with ThreadServer(app) as s:
+        yield s
+
+
+def _sse(text: str) -> list[str]:
+    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_greedy_output_through_every_api_equals_generate(server, ref):
+    url = server.url
+    for prompt in PROMPTS:
+        want = ref.text(prompt, N)
+        lmi = httpx.post(url + "/invocations", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": N, "do_sample": "False"}})
+        assert lmi.status_code == 200 and lmi.json() == {"generated_text": want}, lmi.text
+        tgi = httpx.post(url + "/generate", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": N, "details": True}}).json()
+        assert tgi["generated_text"] == want
+        assert tgi["details"]["generated_tokens"] == len(ref.generate_ids(prompt, N))
+        assert [t["id"] for t in tgi["details"]["tokens"]] == ref.generate_ids(prompt, N)
+        oai = httpx.post(url + "/v1/completions", json={
+            "model": "tiny", "prompt": prompt, "max_tokens": N, "temperature": 0}).json()
+        assert oai["choices"][0]["text"] == want
+        assert oai["usage"] == {"prompt_tokens": len(ref.ids(prompt)),
+                                "completion_tokens": len(ref.generate_ids(prompt, N)),
+                                "total_tokens": len(ref.ids(prompt))
+                                + len(ref.generate_ids(prompt, N))}
+
+    # streams: JSON lines (LMI), SSE (TGI), SSE ending [DONE] (OpenAI); pieces join to the text
+    prompt = PROMPTS[2]
+    want = ref.text(prompt, N)
+    lines = httpx.post(url + "/invocations", json={
+        "inputs": prompt, "parameters": {"max_new_tokens": N}, "stream": True})
+    assert lines.headers["content-type"].startswith("application/jsonlines")
+    events = [json.loads(line) for line in lines.text.splitlines()]
+    assert "".join(e["token"]["text"] for e in events) == want
+    assert events[-1]["generated_text"] == want and events[0]["generated_text"] is None
+    tgi = [json.loads(d) for d in _sse(httpx.post(url + "/generate_stream", json={
+        "inputs": prompt, "parameters": {"max_new_tokens": N}}).text)]
+    assert "".join(e["token"]["text"] for e in tgi) == want == tgi[-1]["generated_text"]
+    raw = httpx.post(url + "/v1/completions", json={
+        "prompt": prompt, "max_tokens": N, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True}}).text
+    data = _sse(raw)
+    assert data[-1] == "[DONE]" and raw.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == want
+    assert chunks[-1]["usage"]["completion_tokens"] == len(ref.generate_ids(prompt, N))
+
+    # chat: the tokenizer's chat template, then the same greedy answer
+    messages = [{"role": "user", "content": "Every job batches"}]
+    chat_want = ref.text(ref.chat_prompt(messages), N, chat=True)
+    chat = httpx.post(url + "/v1/chat/completions", json={
+        "model": "tiny", "messages": messages, "max_tokens": N, "temperature": 0}).json()
+    assert chat["choices"][0]["message"] == {"role": "assistant", "content": chat_want}
+    assert chat["object"] == "chat.completion"
+    models = httpx.get(url + "/v1/models").json()
+    assert models["data"][0]["max_model_len"] == MAX_POSITIONS
+
+
+def test_the_openai_and_huggingface_clients_work_unchanged(server, ref, monkeypatch):
+    openai = pytest.importorskip("openai")
+    hub = pytest.importorskip("huggingface_hub")
+    # HF_HUB_OFFLINE (read once, at import) blocks every request, even to this local server
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+    prompt, want = PROMPTS[0], ref.text(PROMPTS[0], N)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    assert client.models.list().data[0].id == "model"
+    done = client.completions.create(model="model", prompt=prompt, max_tokens=N, temperature=0)
+    assert done.choices[0].text == want and done.usage.completion_tokens > 0
+    messages = [{"role": "user", "content": "A reef answers"}]
+    chat_want = ref.text(ref.chat_prompt(messages), N, chat=True)
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="model", messages=messages, max_tokens=N, temperature=0, stream=True)
+        if c.choices]
+    assert "".join(pieces) == chat_want
+    with pytest.raises(openai.UnprocessableEntityError, match="limit of 128 tokens"):
+        client.completions.create(model="model", prompt=prompt, max_tokens=10_000)
+
+    hf = hub.InferenceClient(base_url=server.url)
+    assert hf.text_generation(prompt, max_new_tokens=N) == want
+    assert "".join(hf.text_generation(prompt, max_new_tokens=N, stream=True)) == want
+    detailed = hf.text_generation(prompt, max_new_tokens=N, details=True)
+    assert detailed.generated_text == want and detailed.details.finish_reason in (
+        "length", "eos_token")
+    answer = hf.chat_completion(messages, max_tokens=N, temperature=0)
+    assert answer.choices[0].message.content == chat_want
+
+
+def test_stop_sequences_end_generation_and_are_trimmed(server, ref):
+    prompt = PROMPTS[1]
+    full = ref.text(prompt, 24)
+    stop = next(full[i:i + 3] for i in range(6, len(full) - 3)
+                if full.find(full[i:i + 3]) == i and full[i:i + 3].strip())
+    want = full[:full.find(stop)]
+    body = {"inputs": prompt, "parameters": {"max_new_tokens": 24, "stop": [stop],
+                                             "details": True}}
+    answer = httpx.post(server.url + "/generate", json=body).json()
+    assert answer["generated_text"] == want
+    assert answer["details"]["finish_reason"] == "stop_sequence"
+    streamed = [json.loads(d) for d in _sse(httpx.post(server.url + "/generate_stream",
+                                                       json=body).text)]
+    assert "".join(e["token"]["text"] for e in streamed) == want
+    oai = httpx.post(server.url + "/v1/completions", json={
+        "prompt": prompt, "max_tokens": 24, "temperature": 0, "stop": stop}).json()
+    assert oai["choices"][0] == {"index": 0, "text": want, "finish_reason": "stop",
+                                 "logprobs": None}
+
+
+def test_requests_joining_a_decoding_batch_finish_as_they_would_alone(server, ref):
+    """The second to fourth requests are submitted from the first one's third token, so they
+    join a batch that is decoding; each answer equals its solo generate()."""
+    engine = server.app.loaded.engine
+    lengths = {0: 30, 1: 8, 2: 16, 3: 24}
+    prompts = {0: PROMPTS[2], 1: PROMPTS[0], 2: PROMPTS[1], 3: "The server streams quickly"}
+    got: dict[int, list[int]] = {i: [] for i in prompts}
+    first_token_while_first_decodes: list[bool] = []
+    finished = threading.Event()
+    done: dict[int, bool] = {}
+
+    def collect(i: int):
+        def on_event(event) -> None:
+            got[i].append(event.token_id)
+            if i == 0 and len(got[0]) == 3:
+                for j in (1, 2, 3):
+                    engine.submit(ref.ids(prompts[j]),
+                                  GenerationParams(max_new_tokens=lengths[j]), collect(j))
+            if i != 0 and len(got[i]) == 1:
+                first_token_while_first_decodes.append(len(got[0]) < lengths[0])
+            if event.finish is not None:
+                done[i] = True
+                if len(done) == 4:
+                    finished.set()
+        return on_event
+
+    engine.submit(ref.ids(prompts[0]), GenerationParams(max_new_tokens=lengths[0]), collect(0))
+    assert finished.wait(60)
+    for i, prompt in prompts.items():
+        assert got[i] == ref.generate_ids(prompt, lengths[i]), i
+    assert first_token_while_first_decodes == [True, True, True]
+    wait_until(lambda: engine.live == 0, 5)
+    assert engine._cache is None  # every row left, so the cache is gone
+
+
+def test_bad_requests_get_a_clear_error_and_the_server_stays_up(server):
+    url = server.url
+    long_prompt = " ".join(["The shoal swims past the tokens."] * 40)
+    r = httpx.post(url + "/generate", json={"inputs": long_prompt})
+    assert r.status_code == 422 and "at most 128 tokens" in r.json()["error"], r.text
+    for bad, words in ((0, ">= 1"), (10**9, "limit of 128"), ("x", "integer")):
+        r = httpx.post(url + "/invocations", json={"inputs": "A reef",
+                                                   "parameters": {"max_new_tokens": bad}})
+        assert r.status_code == 422 and words in r.json()["error"], r.text
+    r = httpx.post(url + "/invocations", json={"inputs": "A reef",
+                                               "parameters": {"frobnicate": 1, "top_k": 2}})
+    assert r.status_code == 422 and "['frobnicate']" in r.json()["error"]
+    r = httpx.post(url + "/invocations", content=b'{"inputs": "A reef",',
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": "hi"})
+    assert r.status_code == 422 and "messages" in r.json()["error"]["message"]
+    assert httpx.get(url + "/v1/nothing").status_code == 404
+    assert httpx.get(url + "/ping").status_code == 200
+
+
+def test_a_full_queue_answers_503_with_retry_after_then_drains(server, ref):
+    engine = server.app.loaded.engine
+    body = {"inputs": "A reef", "parameters": {"max_new_tokens": 4}}
+
+    async def scenario() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            engine.pause()
+            try:
+                waiting = [asyncio.create_task(client.post("/generate", json=body))
+                           for _ in range(engine.max_queue)]
+                await asyncio.to_thread(wait_until, lambda: engine.queue_depth == 4, 10)
+                refused = await client.post("/generate", json=body)
+            finally:
+                engine.resume()
+            return [refused, *await asyncio.gather(*waiting)]
+
+    refused, *served = asyncio.run(scenario())
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "job_queue_size=4" in refused.json()["error"]
+    assert [r.status_code for r in served] == [200] * 4
+    assert {r.json()["generated_text"] for r in served} == {ref.text("A reef", 4)}
+
+
+def test_a_client_that_disconnects_frees_its_slot(server):
+    engine = server.app.loaded.engine
+    with httpx.Client(base_url=server.url) as client, client.stream(
+            "POST", "/generate_stream",
+            json={"inputs": "A reef", "parameters": {"max_new_tokens": 100}}) as r:
+        for _ in r.iter_lines():
+            if engine.live:
+                break
+    wait_until(lambda: engine.live == 0 and engine.queue_depth == 0, 10,
+               what="the cancelled generation to leave the batch")
+
+
+def test_metrics_report_tokens_ttft_occupancy_and_queue(server):
+    httpx.post(server.url + "/generate", json={"inputs": "A reef",
+                                               "parameters": {"max_new_tokens": 3}})
+    text = httpx.get(server.url + "/metrics").text
+    for series in ("shoal_llm_generated_tokens_total", "shoal_llm_tokens_per_second",
+                   "shoal_llm_time_to_first_token_seconds_count", "shoal_llm_batch_occupancy",
+                   "shoal_llm_queue_depth", 'shoal_llm_requests_total{route="/generate",'
+                   'status="200"}', "shoal_model_loaded 1.0"):
+        assert series in text, series
