@@ -115,7 +115,14 @@ async def _client(port: int, request: bytes, deadline: float, latencies: list[fl
         writer.close()
 
 
-async def _load(port: int, request: bytes, concurrency: int, seconds: float) -> dict:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _load(port: int, request: bytes, concurrency: int, seconds: float,
+                server_pid: int) -> dict:
     latencies: list[float] = []
     errors: list[int] = []
     warm_end = time.perf_counter() + min(2.0, seconds / 5)
@@ -123,13 +130,17 @@ async def _load(port: int, request: bytes, concurrency: int, seconds: float) -> 
                            for _ in range(concurrency)))
     errors.clear()
     start = time.perf_counter()
+    cpu0, server0 = time.process_time(), process_cpu(server_pid)
     await asyncio.gather(*(_client(port, request, start + seconds, latencies, errors)
                            for _ in range(concurrency)))
     elapsed = time.perf_counter() - start
+    client_cpu, server_cpu = time.process_time() - cpu0, process_cpu(server_pid) - server0
     latencies.sort()
-    return {"rps": len(latencies) / elapsed, "n": len(latencies), "errors": len(errors),
-            "p50_ms": latencies[len(latencies) // 2] * 1e3,
-            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3}
+    n = len(latencies)
+    return {"rps": n / elapsed, "n": n, "errors": len(errors),
+            "p50_ms": latencies[n // 2] * 1e3,
+            "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1e3,
+            "server_us": server_cpu / n * 1e6, "client_us": client_cpu / n * 1e6}
 
 
 def client_main(args: argparse.Namespace) -> None:
@@ -140,14 +151,16 @@ def client_main(args: argparse.Namespace) -> None:
         pass
     body = Path(args.body).read_bytes()
     request = _request(args.port, body, args.content_type)
-    print(json.dumps(asyncio.run(_load(args.port, request, args.concurrency, args.seconds))))
+    print(json.dumps(asyncio.run(_load(args.port, request, args.concurrency, args.seconds,
+                                       args.server_pid))))
 
 
 def run_load(port: int, body_path: Path, content_type: str, concurrency: int,
-             seconds: float) -> dict:
+             seconds: float, server_pid: int) -> dict:
     out = subprocess.run([sys.executable, __file__, "--client", "--port", str(port), "--body",
                           str(body_path), "--content-type", content_type, "--concurrency",
-                          str(concurrency), "--seconds", str(seconds)],
+                          str(concurrency), "--seconds", str(seconds), "--server-pid",
+                          str(server_pid)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -195,28 +208,48 @@ def shoal_cmd(model_dir: Path, port: int, extra: list[str]) -> list[str]:
             str(port), "--log-level", "WARNING", *extra]
 
 
-def ceiling(model_path: Path, seconds: float) -> tuple[int, float, dict]:
+def ceiling_main(model_path: str, seconds: float) -> None:
+    """In a clean interpreter: samples/s by batch size, for 1 and 2 intra-op threads with and
+    without spinning; the ceiling is the best of all."""
     import numpy as np
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    rates = {}
-    for bs in (1, 8, 16, 32, 64, 128):
-        x = np.random.default_rng(0).random((bs, 1, 28, 28), dtype=np.float32)
-        for _ in range(3):
-            sess.run(None, {"input": x})
-        n, t = 0, time.perf_counter()
-        while time.perf_counter() - t < seconds:
-            sess.run(None, {"input": x})
-            n += bs
-        rates[bs] = n / (time.perf_counter() - t)
+    rates, per_cpu = {}, {}
+    for threads in (1, 2):
+        for spin in ("0", "1"):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = threads
+            so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+            sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+            for bs in (1, 8, 16, 32, 64, 128):
+                x = np.random.default_rng(0).random((bs, 1, 28, 28), dtype=np.float32)
+                for _ in range(3):
+                    sess.run(None, {"input": x})
+                n, t, cpu = 0, time.perf_counter(), time.process_time()
+                while time.perf_counter() - t < seconds:
+                    sess.run(None, {"input": x})
+                    n += bs
+                key = f"{threads}t{'/spin' if spin == '1' else ''} b{bs}"
+                rates[key] = n / (time.perf_counter() - t)
+                per_cpu[key] = n / (time.process_time() - cpu)
+    print(json.dumps({"rates": rates, "per_cpu": per_cpu}))
+
+
+def ceiling(model_path: Path, seconds: float) -> tuple[str, float, dict, float]:
+    """(best configuration, its samples/s, all rates, the most samples per CPU-second)."""
+    out = subprocess.run([sys.executable, __file__, "--ceiling", str(model_path), "--seconds",
+                          str(seconds)], capture_output=True, text=True, check=True)
+    found = json.loads(out.stdout)
+    rates = found["rates"]
     best = max(rates, key=rates.get)
-    return best, rates[best], rates
+    return best, rates[best], rates, max(found["per_cpu"].values())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--client", action="store_true")
+    parser.add_argument("--ceiling")
+    parser.add_argument("--server-pid", type=int)
     parser.add_argument("--port", type=int)
     parser.add_argument("--body")
     parser.add_argument("--content-type")
@@ -228,6 +261,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.client:
         client_main(args)
+        return
+    if args.ceiling:
+        ceiling_main(args.ceiling, args.seconds)
         return
 
     import numpy as np
@@ -249,9 +285,9 @@ def main() -> None:
     print(f"payload: npy {len(buf.getvalue())} B, json {bodies['json'][0].stat().st_size} B; "
           f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
 
-    best_bs, best_rate, rates = ceiling(model_dir / "model.onnx", 2.0)
-    print("in-process onnxruntime (samples/s by batch size): "
-          + ", ".join(f"{bs}: {r:.0f}" for bs, r in rates.items()))
+    best_bs, best_rate, rates, per_cpu = ceiling(model_dir / "model.onnx", 1.0)
+    print("in-process onnxruntime, samples/s (t: intra-op threads, b: batch size): "
+          + ", ".join(f"{k} {r:.0f}" for k, r in rates.items()))
     extra = args.shoal_args.split()
     startups = []
     for _ in range(3):
@@ -272,23 +308,33 @@ def main() -> None:
             full = cmd + [str(port)] if cmd else shoal_cmd(model_dir, port, extra)
             proc, _ = start(full, port)
             try:
-                c32 = run_load(port, body_path, ctype, 32, args.duration)
-                c1 = run_load(port, body_path, ctype, 1, max(5.0, args.duration / 4))
+                c32 = run_load(port, body_path, ctype, 32, args.duration, proc.pid)
+                c1 = run_load(port, body_path, ctype, 1, max(5.0, args.duration / 4), proc.pid)
             finally:
                 stop(proc)
             results[(name, fmt)] = (c32, c1)
             print(f"{name:5s} {fmt:4s} c=32: {c32['rps']:7.0f} req/s  p50 {c32['p50_ms']:6.2f} ms"
                   f"  p99 {c32['p99_ms']:6.2f} ms  errors {c32['errors']} | c=1: "
-                  f"{c1['rps']:6.0f} req/s  p50 {c1['p50_ms']:5.2f} ms  p99 {c1['p99_ms']:5.2f} ms")
+                  f"{c1['rps']:6.0f} req/s  p50 {c1['p50_ms']:5.2f} ms  p99 {c1['p99_ms']:5.2f} ms"
+                  f" | CPU per request at c=32: server {c32['server_us']:.0f} us + load "
+                  f"generator {c32['client_us']:.0f} us")
 
     print("\nsummary (targets: >= 3x naive, >= 60% of the in-process ceiling, c=1 p50 <= 1.5x "
           "naive, start-up <= 3 s)")
-    print(f"  in-process ceiling: {best_rate:.0f} samples/s at batch {best_bs}")
+    after_bs, after_rate, _, after_per_cpu = ceiling(model_dir / "model.onnx", 1.0)
+    if after_rate > best_rate:  # the machine is shared: compare with the higher of the two
+        best_bs, best_rate = after_bs, after_rate
+    per_cpu = max(per_cpu, after_per_cpu)
+    print(f"  in-process ceiling (the higher of before and after the servers ran): "
+          f"{best_rate:.0f} samples/s ({best_bs}); at most {per_cpu:.0f} samples per CPU-second "
+          f"({1e6 / per_cpu:.0f} us of CPU a sample)")
     for fmt in args.formats.split(","):
         (s32, s1), (n32, n1) = results[("shoal", fmt)], results[("naive", fmt)]
+        cpu_us = s32["server_us"] + s32["client_us"]
         print(f"  {fmt}: shoal/naive c=32 {s32['rps'] / n32['rps']:.2f}x; shoal/ceiling "
-              f"{s32['rps'] / best_rate:.0%}; c=1 p50 shoal/naive "
-              f"{s1['p50_ms'] / n1['p50_ms']:.2f}x")
+              f"{s32['rps'] / best_rate:.0%} by wall clock, {1e6 / cpu_us / per_cpu:.0%} per "
+              f"CPU-second (server + load generator {cpu_us:.0f} us a request); c=1 p50 "
+              f"shoal/naive {s1['p50_ms'] / n1['p50_ms']:.2f}x")
     print(f"  start-up: {startup:.2f} s")
 
 

@@ -306,8 +306,8 @@ def test_other_routes(onnx_server: Server) -> None:
         assert c.get("/nope").status_code == 404
         assert c.get("/invocations").status_code == 405
         params = c.get("/execution-parameters").json()
-        assert params == {"MaxConcurrentTransforms": 32, "BatchStrategy": "MULTI_RECORD",
-                          "MaxPayloadInMB": 1}
+        assert params["MaxConcurrentTransforms"] > 1  # one worker that batches
+        assert params["BatchStrategy"] == "MULTI_RECORD" and params["MaxPayloadInMB"] == 1
         before = metric(onnx_server, "shoal_invocations_total", '{status="200"}')
         c.post("/invocations", json=[[0, 0, 0, 0]])
         text = c.get("/metrics").text

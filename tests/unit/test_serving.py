@@ -18,6 +18,7 @@ from shoal.serving._batching import InferenceQueue
 from shoal.serving._codecs import CSV, JSON, NPY, decode, encode, load_npy, media_type, negotiate
 from shoal.serving._handlers import OnnxHandler, SklearnHandler, select_handler
 from shoal.serving._http import RequestError
+from shoal.serving._options import DEFAULT_MAX_BATCH_SIZE
 
 # --- options ---------------------------------------------------------------------------------
 
@@ -59,7 +60,7 @@ def test_malformed_environment_names_the_variable() -> None:
 
 def test_batch_limits() -> None:
     assert ServerOptions().batch_limits(batchable=False) == (1, 0.0)
-    assert ServerOptions().batch_limits(batchable=True) == (32, 0.0)
+    assert ServerOptions().batch_limits(batchable=True) == (DEFAULT_MAX_BATCH_SIZE, 0.0)
     opts = ServerOptions(max_batch_size=8, max_batch_delay_ms=5)
     assert opts.batch_limits(batchable=True) == (8, 0.005)
     assert ServerOptions(max_batch_size=1).batch_limits(batchable=True) == (1, 0.0)

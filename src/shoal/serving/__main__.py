@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes, each with its own copy of the model "
                         "(default 1; env SHOAL_MODEL_SERVER_WORKERS)")
     p.add_argument("--max-batch-size", type=int, metavar="N",
-                   help="requests run together by a model that can batch (default 32; 1 turns "
+                   help="requests run together by a model that can batch (default 16; 1 turns "
                         "batching off; env SHOAL_MAX_BATCH_SIZE)")
     p.add_argument("--max-batch-delay-ms", type=float, metavar="MS",
                    help="longest wait for a batch to fill; needs --max-batch-size "

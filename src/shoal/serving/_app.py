@@ -85,6 +85,7 @@ class ModelServerApp:
         self._queue: InferenceQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(options.max_payload_mb * 1024 * 1024)
+        self._negotiated: dict[tuple[str | None, str], str | RequestError] = {}
         self.metrics = ServerMetrics(
             queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
             loaded=lambda: float(self.state is ModelState.READY))
@@ -209,7 +210,7 @@ class ModelServerApp:
             handler = self.handler
             if handler.content_types is not None and content_type not in handler.content_types:
                 raise _codecs.unsupported(content_type, handler.content_types)
-            response_type = _codecs.negotiate(accept, content_type, handler.accepts)
+            response_type = self._negotiate(accept, content_type)
             body = await self._read_body(receive, length)
             if len(body) > _INLINE_DECODE_BYTES:
                 data = await asyncio.get_running_loop().run_in_executor(
@@ -230,6 +231,21 @@ class ModelServerApp:
             await _error(send, RequestError(500, "internal error", f"{type(e).__name__}: {e}"))
         finally:
             self.metrics.request(status, time.perf_counter() - started)
+
+    def _negotiate(self, accept: str | None, content_type: str) -> str:
+        # Clients repeat the same headers: remember each answer (a refusal is re-raised).
+        key = (accept, content_type)
+        known = self._negotiated.get(key)
+        if known is None:
+            try:
+                known = _codecs.negotiate(accept, content_type, self.handler.accepts)
+            except RequestError as e:
+                known = e
+            if len(self._negotiated) < 256:
+                self._negotiated[key] = known
+        if isinstance(known, RequestError):
+            raise RequestError(known.status, known.error, known.detail)
+        return known
 
     async def _read_body(self, receive: Receive, length: int | None) -> bytes:
         limit = self._limit

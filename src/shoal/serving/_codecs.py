@@ -88,10 +88,13 @@ def _preferred(accept: str | None) -> str | None:
 
 # --- decoding ------------------------------------------------------------------------------
 
-def decode(body: bytes, content_type: str, *, dtype: Any = None) -> Any:
-    """Bytes → a numpy array (or, for a JSON object of arrays, a dict of them)."""
+def decode(body: bytes, content_type: str, *, dtype: Any = None, writable: bool = True) -> Any:
+    """Bytes → a numpy array (or, for a JSON object of arrays, a dict of them).
+
+    ``writable=False`` lets an x-npy array share the body's memory (read-only) instead of
+    being copied."""
     if content_type == NPY:
-        return load_npy(body)
+        return load_npy(body, writable=writable)
     if content_type == JSON:
         return _decode_json(body, dtype)
     if content_type == CSV:
@@ -100,10 +103,32 @@ def decode(body: bytes, content_type: str, *, dtype: Any = None) -> Any:
 
 
 def decode_json_document(body: bytes) -> Any:
+    orjson = _orjson()
+    if orjson is not None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # NaN/Infinity literals, which json accepts, or an error json will describe
     try:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError) as e:
         raise bad_request(f"the body is not valid JSON: {e}") from None
+
+
+_ORJSON: Any = None
+
+
+def _orjson() -> Any:
+    """orjson when installed (the ``serve`` extra): 5-7x faster on arrays of numbers."""
+    global _ORJSON
+    if _ORJSON is None:
+        try:
+            import orjson as module
+        except ImportError:
+            _ORJSON = False
+        else:
+            _ORJSON = module
+    return _ORJSON or None
 
 
 def _decode_json(body: bytes, dtype: Any) -> Any:
@@ -150,7 +175,7 @@ _NPY_HEADERS: dict[bytes, tuple[Any, tuple[int, ...], bool]] = {}
 _NPY_CACHE_MAX = 256
 
 
-def load_npy(body: bytes) -> Any:
+def load_npy(body: bytes, *, writable: bool = True) -> Any:
     """``np.load(..., allow_pickle=False)``: object arrays and pickles are refused with 400."""
     import numpy as np
 
@@ -168,7 +193,8 @@ def load_npy(body: bytes) -> Any:
                 flat = np.frombuffer(body, dtype=dtype, count=count, offset=end)
             except ValueError as e:
                 raise bad_request(f"the application/x-npy body is truncated: {e}") from None
-            return flat.reshape(shape, order="F" if fortran else "C").copy()
+            arr = flat.reshape(shape, order="F" if fortran else "C")
+            return arr.copy() if writable else arr
     try:
         arr = np.load(io.BytesIO(body), allow_pickle=False)
     except ValueError as e:
@@ -193,6 +219,13 @@ def load_npy(body: bytes) -> Any:
 def encode(value: Any, accept: str) -> bytes:
     """A prediction (array, dict of arrays, list, scalar) → bytes of type *accept*."""
     if accept == JSON:
+        orjson = _orjson()
+        if orjson is not None:
+            try:
+                out: bytes = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+                return out
+            except TypeError:
+                pass  # numpy strings, non-contiguous arrays, objects: the general path below
         return json.dumps(_jsonable(value), separators=(",", ":")).encode()
     if accept == CSV:
         return _encode_csv(value)

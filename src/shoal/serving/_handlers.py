@@ -122,7 +122,9 @@ class OnnxHandler(Handler):
 
     def decode(self, body: bytes, content_type: str, accept: str) -> dict[str, Any]:
         single = len(self._names) == 1
-        data = _codecs.decode(body, content_type, dtype=self._dtypes[0] if single else None)
+        # onnxruntime only reads its inputs: an x-npy body's memory is used as it is.
+        data = _codecs.decode(body, content_type, dtype=self._dtypes[0] if single else None,
+                              writable=False)
         if isinstance(data, dict):
             missing = [n for n in self._names if n not in data]
             if missing and not (single and len(data) == 1):
@@ -266,7 +268,9 @@ class TorchScriptHandler(Handler):
         if self.options.intra_op_threads is not None:
             torch.set_num_threads(self.options.intra_op_threads)
         try:
-            self._module = torch.jit.load(str(self.artifact_path()), map_location="cpu").eval()
+            module = torch.jit.load(str(self.artifact_path()),  # type: ignore[no-untyped-call]
+                                    map_location="cpu")
+            self._module = module.eval()
         except RuntimeError as e:
             raise ModelLoadError(f"{self.artifact_path().name} is not a TorchScript archive ({e}); save "
                                  f"the model with torch.jit.script(model).save(path), or add "

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 _LLM_PROPERTIES = "serving.properties"
 _LLM_SERVER = "shoal.llm.serving._run"
 
-_STOP_GRACE_S = 30.0
+_STOP_GRACE_S = 30
 
 
 class _Stop(BaseException):
@@ -124,7 +124,7 @@ def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions) -> i
 
     app = create_app(model_dir, options=options, on_load_error=failed)
     config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
-                            server_header=False, timeout_keep_alive=75,
+                            proxy_headers=False, server_header=False, timeout_keep_alive=75,
                             timeout_graceful_shutdown=_STOP_GRACE_S)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])

@@ -156,7 +156,8 @@ class ScriptHandler(Handler):
                 for p, r in zip(predictions, batch, strict=True)]
 
     def encode(self, prediction: Any, accept: str) -> tuple[bytes, str]:
-        return prediction  # already (body, content type): output_fn ran in predict()
+        body, content_type = prediction  # output_fn already ran, in predict()
+        return body, content_type
 
     def _decode(self, r: ScriptRequest) -> Any:
         if self._input is None:
@@ -185,9 +186,11 @@ class ScriptHandler(Handler):
             return model_error(e)
 
     def _transform_one(self, r: ScriptRequest) -> Any:
+        transform = self._transform
+        if transform is None:
+            raise RuntimeError("transform_one without a transform_fn")
         try:
-            return _response(self._transform(self._model, r.body, r.content_type, r.accept),
-                             r.accept)
+            return _response(transform(self._model, r.body, r.content_type, r.accept), r.accept)
         except Exception as e:  # transform_fn is the whole model
             return model_error(e)
 
