@@ -479,20 +479,19 @@ def test_a_bad_request_in_a_batch_fails_alone(models: dict[str, Path], start) ->
     assert _batches(server)[0] < 6
 
 
-def test_batchable_predict_fn(tmp_path: Path, start) -> None:
-    model_dir = script_model(tmp_path, """
+@pytest.mark.parametrize("declared", ["BATCHABLE = True", "predict_fn.batchable = True"])
+def test_batchable_predict_fn(declared: str, tmp_path: Path, start) -> None:
+    model_dir = script_model(tmp_path, f"""
         import numpy as np
-
-        BATCHABLE = True
-        SEEN = []
 
         def model_fn(model_dir):
             return 2.0
 
         def predict_fn(batch, model):
             assert isinstance(batch, list)
-            SEEN.append(len(batch))
             return [np.asarray(x) * model for x in batch]
+
+        {declared}
     """)
     server = start(model_dir, "--max-batch-size", "16", "--max-batch-delay-ms", "500")
     inputs = [np.full((2,), i, np.float64) for i in range(12)]

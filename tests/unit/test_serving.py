@@ -215,3 +215,59 @@ def test_queue_refuses_when_full_and_times_out() -> None:
         await queue.stop()
 
     asyncio.run(main())
+
+
+# --- where the model comes from ----------------------------------------------------------------
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_resolve_model_from_fsspec_urls_into_a_private_copy() -> None:
+    import uuid
+
+    import fsspec
+
+    from shoal.serving._artifact import resolve_model
+
+    fs = fsspec.filesystem("memory")
+    root = f"/models-{uuid.uuid4().hex[:8]}"
+    fs.pipe(f"{root}/dir/model.onnx", b"onnx")
+    fs.pipe(f"{root}/dir/code/inference.py", b"# script")
+    fs.pipe(f"{root}/model.tar.gz", _tar({"model.joblib": b"j", "code/inference.py": b"#"}))
+    for url, expected in ((f"memory://{root}/dir", {"model.onnx", "code/inference.py"}),
+                          (f"memory://{root}/model.tar.gz", {"model.joblib",
+                                                             "code/inference.py"})):
+        resolved = resolve_model(url)
+        try:
+            got = {p.relative_to(resolved.path).as_posix() for p in resolved.path.rglob("*")
+                   if p.is_file()}
+            assert got == expected
+            assert resolved.temp_dir is not None and (resolved.temp_dir.stat().st_mode & 0o077) == 0
+        finally:
+            resolved.cleanup()
+        assert not resolved.temp_dir.exists()
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_model(f"memory://{root}/missing.tar.gz")
+
+
+def test_archives_cannot_write_outside_their_directory(tmp_path: Path) -> None:
+    from shoal.serving._artifact import resolve_model
+
+    evil = tmp_path / "evil.tar.gz"
+    evil.write_bytes(_tar({"../../escaped.txt": b"x"}))
+    with pytest.raises(ModelLoadError, match="cannot extract|outside"):
+        resolve_model(evil)
+    assert not (tmp_path.parent / "escaped.txt").exists()
+    not_tar = tmp_path / "model.bin"
+    not_tar.write_bytes(b"\x00" * 10)
+    with pytest.raises(ModelLoadError, match="neither a directory nor a tar archive"):
+        resolve_model(not_tar)
