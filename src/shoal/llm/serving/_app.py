@@ -75,6 +75,9 @@ class LlmServerApp:
         self._on_load_error = on_load_error
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(server.max_payload_mb * 1024 * 1024)
+        self._posts: list[tuple[asyncio.Queue[TokenEvent], TokenEvent]] = []
+        self._posts_lock = threading.Lock()
+        self._flush_scheduled = False
         self.metrics = LlmMetrics(
             queue_depth=lambda: self.loaded.engine.queue_depth if self.loaded else 0,
             live=lambda: self.loaded.engine.live if self.loaded else 0,
@@ -383,11 +386,10 @@ class LlmServerApp:
         connection (one per request: give None when the caller watches)."""
         if self.loaded is None:
             raise self._not_ready()
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         try:
             generation = self.loaded.engine.submit(
-                ids, params, lambda e: loop.call_soon_threadsafe(queue.put_nowait, e))
+                ids, params, lambda e: self._post(queue, e))
         except OverloadedError as e:
             raise RequestError(503, "overloaded", str(e),
                                headers=((b"retry-after", b"1"),)) from None
@@ -399,6 +401,23 @@ class LlmServerApp:
             generation.cancel()
             if watcher is not None:
                 watcher.cancel()
+
+    def _post(self, queue: asyncio.Queue[TokenEvent], event: TokenEvent) -> None:
+        """From the engine's thread: queue *event* for the loop. The events of one decode
+        step share one wake-up of the loop instead of one each."""
+        with self._posts_lock:
+            self._posts.append((queue, event))
+            if self._flush_scheduled:
+                return
+            self._flush_scheduled = True
+        self._call_soon(self._flush)
+
+    def _flush(self) -> None:
+        with self._posts_lock:
+            posts, self._posts = self._posts, []
+            self._flush_scheduled = False
+        for queue, event in posts:
+            queue.put_nowait(event)
 
     async def _run_all(self, prompts: list[str], params: GenerationParams, receive: Receive,
                        ids: list[list[int]] | None = None, *, chat: bool = False

@@ -1,0 +1,208 @@
+"""LLM serving (issue #8): continuous batching vs ``generate()`` one request after another and
+vs one static batched ``generate()`` (the ceiling), on a tiny random-init Llama on CPU.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/llm_serving.py [--clients 16] [--new-tokens 64]
+
+The model is big enough that compute, not Python, dominates a little (hidden 256, 4 layers,
+8 heads, vocabulary 1000). The server is ``python -m shoal.serving --model DIR`` in its own
+process (one torch thread, as here); the clients stream ``/generate_stream`` (SSE) from this
+process, so the time to each request's first token is measured where a client sees it.
+
+Reported: total tokens/s of N concurrent requests of M new tokens, against the same N prompts
+served one after another with ``generate()`` and all at once with one left-padded batched
+``generate()``; TTFT p50/p99; and a request sent while a batch of N decodes: its TTFT and
+whether its first token arrived before the batch finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORDS = ("shoal reef tide server token batch stream request answer model layer cache queue "
+         "prompt slot step").split()
+
+
+def _texts() -> list[str]:
+    import random
+
+    rng = random.Random(0)
+    return [" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(400)]
+
+
+def _prompts(n: int) -> list[str]:
+    import random
+
+    rng = random.Random(1)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(n)]
+
+
+def build(directory: Path) -> Path:
+    from shoal.llm import create_tiny_model, write_serving_properties
+
+    create_tiny_model(directory, _texts(), vocab_size=1000, hidden_size=256, num_layers=4,
+                      num_heads=8, max_positions=512, initializer_range=0.02)
+    write_serving_properties(directory, {"engine": "Python", "option.dtype": "fp32",
+                                         "option.max_rolling_batch_size": 32})
+    return directory
+
+
+class Baselines:
+    """transformers' ``generate()`` on the same weights and prompts, in this process."""
+
+    def __init__(self, directory: Path, prompts: list[str], new_tokens: int) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(directory)
+        self.model = AutoModelForCausalLM.from_pretrained(directory).eval()
+        self.model.generation_config.max_length = None
+        self.prompts = prompts
+        self.total = len(prompts) * new_tokens
+        self.kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens,
+                   "do_sample": False, "pad_token_id": self.tok.pad_token_id}
+        self._run([prompts[0]])  # warm-up
+
+    def _run(self, prompts: list[str]) -> float:
+        import torch
+
+        self.tok.padding_side = "left"
+        batch = self.tok(prompts, return_tensors="pt", padding=True)
+        started = time.perf_counter()
+        with torch.no_grad():
+            self.model.generate(**batch, **self.kw)
+        return time.perf_counter() - started
+
+    def sequential(self) -> float:
+        """tokens/s serving the prompts one after another."""
+        return self.total / sum(self._run([p]) for p in self.prompts)
+
+    def static_batch(self) -> float:
+        """tokens/s of one left-padded batched generate() of all the prompts (the ceiling)."""
+        return self.total / self._run(self.prompts)
+
+
+async def _one(client, prompt: str, new_tokens: int) -> dict[str, float]:
+    sent = time.perf_counter()
+    first = None
+    tokens = 0
+    body = {"inputs": prompt, "parameters": {"max_new_tokens": new_tokens}}
+    async with client.stream("POST", "/generate_stream", json=body) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                json.loads(line[6:])
+                tokens += 1
+                if first is None:
+                    first = time.perf_counter()
+    done = time.perf_counter()
+    return {"sent": sent, "first": first or done, "done": done, "tokens": tokens}
+
+
+async def concurrent(url: str, prompts: list[str], new_tokens: int) -> dict[str, object]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=len(prompts) + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        await _one(client, prompts[0], 4)  # warm-up
+        started = time.perf_counter()
+        results = await asyncio.gather(*(_one(client, p, new_tokens) for p in prompts))
+        wall = time.perf_counter() - started
+        ttft = sorted(r["first"] - r["sent"] for r in results)
+        # a request arriving while the batch decodes
+        batch = [asyncio.create_task(_one(client, p, new_tokens)) for p in prompts]
+        await asyncio.sleep(0.25 * wall)
+        late = await _one(client, "a late request joins the batch", 16)
+        rest = await asyncio.gather(*batch)
+    total = sum(r["tokens"] for r in results)
+    batch_end = max(r["done"] for r in rest)
+    return {"tps": total / wall, "wall_s": wall, "tokens": total,
+            "ttft_p50_s": statistics.median(ttft),
+            "ttft_p99_s": ttft[min(len(ttft) - 1, round(0.99 * (len(ttft) - 1)))],
+            "late_ttft_s": late["first"] - late["sent"],
+            "late_first_token_before_batch_end": late["first"] < batch_end,
+            "late_first_token_to_batch_end_s": batch_end - late["first"]}
+
+
+def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = directory.parent / "port"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.serving", "--model", str(directory),
+                             "--port", "0", "--port-file", str(port_file),
+                             "--log-level", "WARNING"], env=env)
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if port_file.exists():
+            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+            try:
+                if httpx.get(url + "/ping").status_code == 200:
+                    return proc, url
+            except httpx.TransportError:
+                pass
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with status {proc.returncode}")
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not answer /ping within 120 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternate the static batch and the server this many times and "
+                             "keep the best of each (the machine is shared and noisy)")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-llm-") as tmp:
+        directory = build(Path(tmp) / "model")
+        prompts = _prompts(args.clients)
+        base = Baselines(directory, prompts, args.new_tokens)
+        sequential = base.sequential()
+        proc, url = serve(directory)
+        static: list[float] = []
+        runs: list[dict[str, object]] = []
+        try:
+            for _ in range(args.rounds):
+                static.append(base.static_batch())
+                runs.append(asyncio.run(concurrent(url, prompts, args.new_tokens)))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    ceiling = max(static)
+    served = max(runs, key=lambda r: float(r["tps"]))  # type: ignore[arg-type]
+    tps = float(served["tps"])  # type: ignore[arg-type]
+    print(f"{args.clients} requests x {args.new_tokens} new tokens, torch threads "
+          f"{torch.get_num_threads()}, best of {args.rounds} alternating rounds")
+    print(f"  generate() one after another : {sequential:8.1f} tokens/s")
+    print(f"  one static batched generate(): {ceiling:8.1f} tokens/s (ceiling; rounds: "
+          f"{', '.join(f'{x:.0f}' for x in static)})")
+    rounds = ", ".join(f"{float(r['tps']):.0f}" for r in runs)  # type: ignore[arg-type]
+    print(f"  shoal LLM server, concurrent : {tps:8.1f} tokens/s (rounds: {rounds}; "
+          f"{served['tokens']} tokens)")
+    print(f"    vs sequential: {tps / sequential:.2f}x (target >= 5x); vs static batch: "
+          f"{100 * tps / ceiling:.0f}% (target >= 80%)")
+    print(f"    TTFT p50 {1000 * float(served['ttft_p50_s']):.0f} ms, "  # type: ignore[arg-type]
+          f"p99 {1000 * float(served['ttft_p99_s']):.0f} ms")  # type: ignore[arg-type]
+    print(f"  a request sent while {args.clients} decode: TTFT "
+          f"{1000 * float(served['late_ttft_s']):.0f} ms; "  # type: ignore[arg-type]
+          f"first token before the batch finished: "
+          f"{served['late_first_token_before_batch_end']} "
+          f"({float(served['late_first_token_to_batch_end_s']):.2f} s before its end)")  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The LLM server's knobs: serving.properties with DJL's environment overrides, generation
+parameters, and the stream's text holding (no model, no sockets)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from shoal.errors import ModelLoadError
+from shoal.llm.serving._engine import _find_stop, _safe_end
+from shoal.llm.serving._params import from_lmi, from_openai
+from shoal.llm.serving._properties import (
+    Engine,
+    Quantize,
+    RollingBatch,
+    load_serving_options,
+    locate_model,
+)
+from shoal.serving._http import RequestError
+
+
+def _props(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "serving.properties").write_text(text)
+    return tmp_path
+
+
+def test_properties_are_parsed_and_the_environment_overrides_them(tmp_path, caplog):
+    d = _props(tmp_path, "engine=Python\noption.model_id=./m\noption.dtype=bf16\n"
+                         "option.tensor_parallel_degree=max\noption.rolling_batch=disable\n"
+                         "option.n_positions=256\noption.quantize=bitsandbytes\n"
+                         "option.entryPoint=model.py\nminWorkers=1\n# comment\n")
+    with caplog.at_level(logging.WARNING):
+        o = load_serving_options(d, {"OPTION_DTYPE": "fp16", "SERVING_JOB_QUEUE_SIZE": "7",
+                                     "OPTION_TRUST_REMOTE_CODE": "true", "OTHER": "x"})
+    assert (o.engine, o.model_id, o.dtype, o.tensor_parallel_degree) == (
+        Engine.PYTHON, "./m", "float16", None)
+    assert o.rolling_batch is RollingBatch.DISABLE and o.batch_size == 1
+    assert (o.max_model_len, o.quantize, o.entry_point) == (256, Quantize.BITSANDBYTES8,
+                                                            "model.py")
+    assert o.job_queue_size == 7 and o.trust_remote_code is True
+    assert o.sources["dtype"] == "$OPTION_DTYPE" and o.unknown == ("minWorkers",)
+    assert [r.getMessage() for r in caplog.records if "minWorkers" in r.getMessage()]
+    assert load_serving_options(d, {"HF_MODEL_ID": "org/name"}).model_id == "org/name"
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("option.dtype=fp99", ["option.dtype='fp99'", "fp32, fp16, bf16"]),
+    ("option.max_rolling_batch_size=0", ["option.max_rolling_batch_size='0'", ">= 1"]),
+    ("option.rolling_batch=lmi-dist", ["option.rolling_batch='lmi-dist'", "auto, disable"]),
+    ("option.tensor_parallel_degree=two", ["option.tensor_parallel_degree='two'", "max"]),
+    ("option.trust_remote_code=maybe", ["maybe", "true or false"]),
+    ("engine=DeepSpeed", ["engine='DeepSpeed'"]),
+    ("option.model_loading_timeout=-3", ["option.model_loading_timeout='-3'"]),
+])
+def test_a_bad_value_names_its_key_and_value(tmp_path, line, words):
+    d = _props(tmp_path, line + "\n")
+    with pytest.raises(ModelLoadError) as info:
+        load_serving_options(d, {})
+    for w in words:
+        assert w in str(info.value)
+    assert "serving.properties" in str(info.value)
+
+
+def test_a_model_id_that_cannot_be_found_names_where_it_looked(tmp_path):
+    o = load_serving_options(_props(tmp_path, "option.model_id=nobody/nothing\n"), {})
+    with pytest.raises(ModelLoadError) as info:
+        locate_model(o)
+    message = str(info.value)
+    assert f"{tmp_path}/nobody/nothing" in message and "Hugging Face cache" in message
+    bare = load_serving_options(_props(tmp_path, "engine=Python\n"), {})
+    with pytest.raises(ModelLoadError, match="holds no config.json"):
+        locate_model(bare)
+    (tmp_path / "config.json").write_text("{}")
+    sagemaker = load_serving_options(_props(tmp_path, "option.model_id=/opt/ml/model\n"), {})
+    assert locate_model(sagemaker).path == tmp_path.resolve()
+
+
+def test_lmi_parameters():
+    p = from_lmi({"max_new_tokens": 5, "do_sample": "True", "top_k": 0, "stop": "x",
+                  "stop_sequences": ["y"], "seed": 3, "watermark": False, "details": None})
+    assert (p.max_new_tokens, p.do_sample, p.stop, p.seed) == (5, True, ("x", "y"), 3)
+    assert from_lmi({"temperature": 0.7}).do_sample is True
+    assert from_lmi({"temperature": 0, "do_sample": True}).do_sample is False
+    assert from_lmi(None).plain_greedy
+    for bad, words in (({"max_new_tokens": 0}, ">= 1"), ({"top_p": 0}, "top_p"),
+                       ({"stop": [""]}, "non-empty"), ({"typical_p": 0.5}, "typical_p"),
+                       ({"temperature": "hot"}, "number"), ({"foo": 1}, "['foo']")):
+        with pytest.raises(RequestError) as info:
+            from_lmi(bad)
+        assert info.value.status == 422 and words in info.value.detail
+
+
+def test_openai_fields():
+    p = from_openai({"model": "m", "max_tokens": 3, "temperature": 0, "stop": ["\n"]},
+                    default_max_tokens=16)
+    assert (p.max_new_tokens, p.do_sample, p.stop) == (3, False, ("\n",))
+    assert from_openai({}, default_max_tokens=16).do_sample is True  # OpenAI's temperature 1
+    with pytest.raises(RequestError, match="n=2"):
+        from_openai({"n": 2}, default_max_tokens=16)
+    with pytest.raises(RequestError, match="wat"):
+        from_openai({"wat": 1}, default_max_tokens=16)
+
+
+def test_streamed_text_holds_back_partial_characters_and_stop_prefixes():
+    assert _safe_end("hello wor", ("world!",)) == len("hello ")
+    assert _safe_end("caf\ufffd", ()) == 3
+    assert _safe_end("abc", ("x",)) == 3
+    assert _find_stop("one. two. three", ("wo.", ". t"), 0) == 3
+    assert _find_stop("abc", ("z",), 0) is None
