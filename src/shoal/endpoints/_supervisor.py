@@ -48,7 +48,7 @@ HOST = "127.0.0.1"
 SERVER_MODULE = "shoal.serving"
 #: What the model server imports, pinned to the client's versions in a model's own env.
 SERVER_DISTRIBUTIONS = ("uvicorn", "httptools", "uvloop", "numpy", "onnxruntime",
-                        "prometheus-client", "fsspec", "rich")
+                        "prometheus-client", "fsspec", "rich", "orjson")
 MAX_BACKOFF_S = 30.0
 #: An instance that fails to come back this many times in a row fails the endpoint.
 MAX_FAILED_STARTS = 5
