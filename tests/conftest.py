@@ -141,3 +141,17 @@ def postgres_url(postgres_server_url: str) -> Iterator[str]:
     """
     with fresh_postgres_database(postgres_server_url) as url:
         yield url
+
+
+# --- Ray ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[object]:
+    """A two-node Ray cluster on 127.0.0.1 ('shoal ray up'), shared by the xdist workers of
+    this run: the first that needs it starts it, the last that used it stops it."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'shoal[ray]')")
+    from ray_cluster import shared_cluster
+
+    base = tmp_path_factory.getbasetemp()
+    with shared_cluster(base.parent if worker_id != "master" else base) as cluster:
+        yield cluster

@@ -56,6 +56,14 @@ def _settings_class() -> type[Any]:
         metadata_url: str | None = None
         artifact_url: str | None = None
         backend: str = "local"
+        #: Ray backend: the cluster (``auto``, ``host:6379``, ``ray://host:10001``), custom
+        #: resources every job asks for, and the namespace of the jobs' actors.
+        ray_address: str = "auto"
+        ray_resources: dict[str, float] = Field(default_factory=dict)
+        ray_namespace: str = "shoal"
+        #: Token of a cluster with token authentication; default: the one 'shoal ray up'
+        #: wrote under this home (``ray/auth_token``), if any.
+        ray_auth_token_file: Path | None = None
         max_slots: int | None = None
         launch_mode: Literal["forkserver", "spawn"] = "forkserver"
         launcher_idle_seconds: float = 600.0

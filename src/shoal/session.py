@@ -112,16 +112,28 @@ class Session:
     def backend(self) -> Any:
         with self._lock:
             if self._backend is None:
-                backend = self.settings.backend
-                if backend != "local":
-                    raise ConfigError(f"backend {backend!r} is not available yet (TODO(#9)); "
-                                      "use 'local'", backend=backend)
-                from shoal.backends.local import LocalBackend
-
-                self._backend = LocalBackend(self.home / "run", mode=self.settings.launch_mode,
-                                             idle_seconds=self.settings.launcher_idle_seconds,
-                                             preload=_PRELOAD)
+                self._backend = self._make_backend()
             return self._backend
+
+    def _make_backend(self) -> Any:
+        import importlib
+
+        from shoal.backends import backend_path
+
+        backend = self.settings.backend
+        module, _, cls = backend_path(backend).partition(":")
+        impl = getattr(importlib.import_module(module), cls)
+        if backend == "local":
+            return impl(self.home / "run", mode=self.settings.launch_mode,
+                        idle_seconds=self.settings.launcher_idle_seconds, preload=_PRELOAD)
+        if backend == "ray" or backend.startswith("ray://"):
+            # SHOAL_BACKEND=ray://host:10001 names the cluster too; else SHOAL_RAY_ADDRESS.
+            address = backend if backend.startswith("ray://") else self.settings.ray_address
+            token = self.settings.ray_auth_token_file or self.home / "ray" / "auth_token"
+            return impl(address, resources=self.settings.ray_resources,
+                        namespace=self.settings.ray_namespace,
+                        auth_token_file=str(token) if Path(token).exists() else None)
+        raise ConfigError(f"backend {backend!r} has no wiring in Session", backend=backend)
 
     @property
     def jobs(self) -> Any:

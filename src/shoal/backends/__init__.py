@@ -9,6 +9,7 @@ __all__ = ["BACKENDS", "backend_path"]
 
 BACKENDS: dict[str, str] = {
     "local": "shoal.backends.local:LocalBackend",
+    "ray": "shoal.backends.ray:RayBackend",
 }
 
 

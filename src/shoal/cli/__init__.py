@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli import _bundle, _config, _db, _endpoints, _envs, _experiments, _jobs, _llm
+from shoal.cli import _bundle, _config, _db, _endpoints, _envs, _experiments, _jobs, _llm, _ray
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
 
 __all__ = ["app", "main"]
@@ -44,6 +44,7 @@ app.add_typer(_experiments.experiments_app, name="experiments")
 app.add_typer(_experiments.runs_app, name="runs")
 app.add_typer(_endpoints.app, name="endpoints")
 app.add_typer(_llm.app, name="llm")
+app.add_typer(_ray.app, name="ray")
 app.command("serve")(_endpoints.serve)
 
 

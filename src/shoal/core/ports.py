@@ -130,6 +130,10 @@ class ExecContext:
     #: Warm pool: jobs with the same key may run on a worker kept alive after an earlier job.
     pool: str | None = None
     keep_alive_seconds: float = 0.0
+    #: What the job asks of a machine (its instance type); a cluster backend reserves it.
+    cpus: float = 0.0
+    gpus: int = 0
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +147,12 @@ class LaunchInfo:
     #: Something with ``wait(timeout) -> bool`` that returns True once the job has ended
     #: (a warm worker says so); not persisted.
     waiter: Any = field(default=None, compare=False)
+    #: Backend-specific facts that find the supervisor again (a Ray actor's name).
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "pid": self.pid, "host": self.host,
-                "start_ticks": self.start_ticks}
+                "start_ticks": self.start_ticks, **self.extra}
 
 
 class Backend(Protocol):

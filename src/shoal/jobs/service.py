@@ -88,6 +88,7 @@ class JobService:
                         else None)
         script = (_read_file(spec.pre_execution_script, "pre_execution_script")
                   if spec.pre_execution_script else None)
+        self._check_submission()
         key = new_key()
         # An isolated environment cannot import the caller's own (uninstalled) modules.
         isolated = spec.dependencies or spec.extra.get("conda_env")
@@ -115,6 +116,7 @@ class JobService:
 
     def submit_script(self, spec: JobSpec, files: Mapping[str, bytes | Path]) -> JobRecord:
         """Record a script job, store its files (bytes, or a local file to upload), launch."""
+        self._check_submission()
         record = self.metadata.create_job(spec, secret=new_key(), backend=self.backend.name)
         try:
             for rel, data in files.items():
@@ -135,7 +137,8 @@ class JobService:
         ctx = ExecContext(job=record.name, entrypoint=self._entrypoint, args=(record.name,),
                           env=self._env, prepare=self._prepare,
                           pool=self._pool_key(record) if keep else None,
-                          keep_alive_seconds=float(keep))
+                          keep_alive_seconds=float(keep), cpus=spec.cpus, gpus=spec.gpus,
+                          memory_mib=spec.memory_mib)
         try:
             info = self.backend.launch(ctx)
         except ShoalError as e:
@@ -150,6 +153,13 @@ class JobService:
         logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
                     extra={"job_id": record.name})
         return record
+
+    def _check_submission(self) -> None:
+        # A backend on other machines checks, before anything is recorded, that they reach
+        # the stores (a clear error instead of a job that fails on a node).
+        check = getattr(self.backend, "check_submission", None)
+        if check is not None:
+            check(self._env)
 
     def _pool_key(self, record: JobRecord) -> str:
         """Jobs that may share a warm worker: same environment, workdir and stores."""

@@ -1,0 +1,294 @@
+"""The Ray backend: each job's supervisor runs on a node of a Ray cluster.
+
+A detached actor per job reserves the job's resources (CPUs, GPUs and memory of its instance
+type, plus the session's custom resources) on some node and starts there the same supervisor
+the local backend starts (``shoal.session:supervisor_main``), as a subprocess in a session of
+its own. The supervisor dies with the actor (``PR_SET_PDEATHSIG``), so a lost node never leaves
+a job running, and the actor ends itself when the supervisor exits. Detached, so a job
+outlives the client that submitted it, as on the local backend. Everything the job reports
+goes through the stores, which every node must reach.
+
+``ray`` is imported lazily, inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from shoal.core.ports import ExecContext, LaunchInfo
+from shoal.errors import BackendUnavailableError, ConfigError, LaunchError
+
+__all__ = ["RayBackend", "check_shared_stores"]
+
+logger = logging.getLogger(__name__)
+
+#: The client's values of these are meaningless on another machine: the node's own win.
+_NODE_VARS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
+              "PYTHONHOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PWD")
+#: Ray schedules capacity; the supervisor's machine-wide slots must not queue a second time.
+_NODE_SLOTS = "256"
+_STOP_CALL_TIMEOUT_S = 5.0
+
+# Runs in the supervisor's process: die with the actor's worker, then run the entry point.
+_RUN = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)  # the actor died while this process started
+from shoal.backends._launcher import resolve_entrypoint
+sys.exit(int(resolve_entrypoint(sys.argv[2])(*sys.argv[3:]) or 0))
+"""
+
+
+def _is_node_local(url: str) -> bool:
+    """A store only this machine reaches: SQLite, a file:// root or a plain path."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    return scheme in ("", "file", "local") or scheme.startswith("sqlite")
+
+
+def check_shared_stores(env: Mapping[str, str], alive_nodes: int) -> None:
+    """Refuse node-local stores on a cluster of several nodes: a job on another node would
+    write its state and results where the client never looks."""
+    if alive_nodes <= 1:
+        return
+    problems = []
+    metadata = env.get("SHOAL_METADATA_URL", "")
+    artifacts = env.get("SHOAL_ARTIFACT_URL", "")
+    if _is_node_local(metadata):
+        problems.append(f"the metadata store {metadata} (set SHOAL_METADATA_URL="
+                        "postgresql://user@host/db, or metadata_url=)")
+    if _is_node_local(artifacts):
+        problems.append(f"the artifact store {artifacts} (set SHOAL_ARTIFACT_URL="
+                        "s3://bucket/prefix, or artifact_url=)")
+    if problems:
+        raise ConfigError(
+            f"the Ray cluster has {alive_nodes} nodes, and jobs on the other nodes cannot reach "
+            f"{' or '.join(problems)}. Use stores every node reaches, or a one-node cluster",
+            nodes=alive_nodes)
+
+
+class RayBackend:
+    """Launches each job's supervisor on a Ray cluster (``SHOAL_BACKEND=ray``).
+
+    Args:
+        address: ``auto``, ``host:6379`` or ``ray://host:10001`` (Ray client).
+        resources: custom Ray resources every job asks for (``{"gpu-pool": 1}``).
+        namespace: the Ray namespace of the jobs' actors.
+        auth_token_file: the cluster's token (Ray's token authentication), if it has one.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str = "auto", *, resources: Mapping[str, float] | None = None,
+                 namespace: str = "shoal", auth_token_file: str | None = None) -> None:
+        self._address = address or "auto"
+        self._token_file = auth_token_file
+        self._resources = dict(resources or {})
+        self._namespace = namespace
+        self._lock = threading.Lock()
+        self._actor_cls: Any = None
+
+    # --- connecting -------------------------------------------------------------------
+
+    def _ray(self) -> Any:
+        try:
+            import ray
+        except ModuleNotFoundError as e:
+            raise BackendUnavailableError(
+                "the ray backend needs the ray package; run \"pip install 'shoal[ray]'\"") from e
+        with self._lock:
+            if not ray.is_initialized():
+                if self._token_file:
+                    _use_token(self._token_file)
+                try:
+                    # Never start a cluster here (address is always given), never take over
+                    # the client's logging, and keep the nodes' output out of the notebook.
+                    ray.init(address=self._address, log_to_driver=False,
+                             configure_logging=False, logging_level=logging.WARNING)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise BackendUnavailableError(
+                        f"cannot connect to the Ray cluster at {self._address!r}: {e}. Start "
+                        "one with 'shoal ray up', or set SHOAL_RAY_ADDRESS to its address",
+                        address=self._address) from e
+            if self._actor_cls is None:
+                self._actor_cls = ray.remote(_SupervisorHost)
+        return ray
+
+    def alive_nodes(self) -> int:
+        return sum(1 for n in self._ray().nodes() if n.get("Alive"))
+
+    def check_submission(self, env: Mapping[str, str]) -> None:
+        """Before a job is recorded: its stores must be reachable from every node."""
+        check_shared_stores(env, self.alive_nodes())
+
+    # --- launching --------------------------------------------------------------------
+
+    def launch(self, ctx: ExecContext) -> LaunchInfo:
+        ray = self._ray()
+        check_shared_stores(ctx.env, self.alive_nodes())
+        actor = _actor_name(ctx.job)
+        options: dict[str, Any] = {
+            "name": actor, "namespace": self._namespace, "lifetime": "detached",
+            "max_restarts": 0, "num_cpus": max(float(ctx.cpus), 1.0),
+            "num_gpus": ctx.gpus,
+        }
+        if ctx.memory_mib:
+            options["memory"] = int(ctx.memory_mib) * 1024 * 1024
+        if self._resources:
+            options["resources"] = dict(self._resources)
+        try:
+            self._actor_cls.options(**options).remote(
+                ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd)
+        except (ValueError, TypeError) as e:  # a duplicate name, or invalid resources
+            raise LaunchError(f"Ray refused the supervisor of job {ctx.job!r}: {e}",
+                              job=ctx.job) from e
+        except ray.exceptions.RayError as e:
+            raise LaunchError(f"cannot start the supervisor of job {ctx.job!r} on Ray: {e}",
+                              job=ctx.job) from e
+        # The actor may wait for resources: the pid and node are known only once it runs.
+        return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
+                                              "address": self._address})
+
+    # --- observing and stopping -------------------------------------------------------
+
+    def _actor(self, handle: Mapping[str, Any]) -> Any:
+        """The job's actor while it is pending or alive; None once it has ended."""
+        ray = self._ray()
+        try:
+            return ray.get_actor(handle["actor"], namespace=handle.get("namespace"))
+        except ValueError:  # a dead actor's name is released
+            return None
+
+    def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
+        if handle.get("backend") != "ray" or not handle.get("actor"):
+            return None
+        return self._actor(handle) is not None
+
+    def describe(self, handle: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
+        """Where the supervisor runs (``node_id``, ``host``, ``pid``), once it has started."""
+        actor = self._actor(handle)
+        if actor is None:
+            return None
+        ray = self._ray()
+        try:
+            return dict(ray.get(actor.info.remote(), timeout=timeout))
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+            return None
+
+    def signal_stop(self, handle: Mapping[str, Any]) -> None:
+        """SIGTERM to the supervisor on its node (it stops the job within its grace period);
+        an actor that does not answer (still waiting for resources) is killed instead."""
+        actor = self._actor(handle)
+        if actor is None:
+            return
+        ray = self._ray()
+        try:
+            ray.get(actor.signal.remote(int(signal.SIGTERM)), timeout=_STOP_CALL_TIMEOUT_S)
+        except ray.exceptions.RayActorError:
+            return  # it ended meanwhile
+        except ray.exceptions.GetTimeoutError:
+            logger.warning("the supervisor actor %s did not answer within %.0f s; killing it",
+                           handle["actor"], _STOP_CALL_TIMEOUT_S)
+            ray.kill(actor, no_restart=True)
+
+    def close(self) -> None:
+        """Nothing to release: the jobs' actors are detached on purpose, and the Ray
+        connection may be shared with the caller's own Ray code."""
+
+
+def _use_token(path: str) -> None:
+    """Token authentication for this process's connection: Ray reads it from the environment
+    only (as its own ``ray.init`` does when it finds a token)."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import Config  # re-read the environment if ray was imported already
+
+        Config.initialize("")
+
+
+def _actor_name(job: str) -> str:
+    return f"shoal-{job}"
+
+
+# --- on the node ------------------------------------------------------------------------
+
+
+def _node_home(client_home: str | None) -> Path:
+    """The client's SHOAL_HOME when this node can use it (same machine, shared disk), else
+    the node user's own, else a temporary directory."""
+    candidates = [client_home] if client_home else []
+    candidates += [str(Path.home() / ".shoal"), str(Path(tempfile.gettempdir()) / "shoal-node")]
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            Path(path).mkdir(parents=True, exist_ok=True)
+            if os.access(path, os.W_OK | os.X_OK):
+                return Path(path)
+    raise LaunchError(f"no writable shoal home on node {socket.gethostname()}: tried "
+                      f"{', '.join(candidates)}")
+
+
+def node_env(client_env: Mapping[str, str], node_environ: Mapping[str, str]) -> dict[str, str]:
+    """The supervisor's environment on a node: the client's, with the node's machine-specific
+    variables, home and capacity."""
+    env = {k: v for k, v in client_env.items() if k not in _NODE_VARS}
+    env.update({k: node_environ[k] for k in _NODE_VARS if k in node_environ})
+    env["SHOAL_HOME"] = str(_node_home(client_env.get("SHOAL_HOME")))
+    env["SHOAL_MAX_SLOTS"] = _NODE_SLOTS
+    return env
+
+
+class _SupervisorHost:
+    """The actor that holds a job's resources and runs its supervisor (wrapped by
+    ``ray.remote`` in the client; instantiated on the node)."""
+
+    def __init__(self, job: str, entrypoint: str, args: list[str], env: dict[str, str],
+                 cwd: str | None) -> None:
+        import ray
+
+        self._node_id = ray.get_runtime_context().get_node_id()
+        env = node_env(env, os.environ)
+        env["SHOAL_RAY_NODE_ID"] = self._node_id  # the job can tell where it ran
+        log_path = Path(env["SHOAL_HOME"]) / "run" / "supervisors" / f"{job}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            # Started from this (the worker's main) thread: PR_SET_PDEATHSIG follows it.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _RUN, str(os.getpid()), entrypoint, *args],
+                env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        self._log = str(log_path)
+        threading.Thread(target=self._end_with_supervisor, daemon=True,
+                         name="shoal-supervisor-watch").start()
+
+    def _end_with_supervisor(self) -> None:
+        import ray
+
+        self._proc.wait()
+        # The job is over (its end state is in the store): free the node's resources.
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    def info(self) -> dict[str, Any]:
+        return {"node_id": self._node_id, "host": socket.gethostname(),
+                "pid": self._proc.pid, "log": self._log}
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def signal(self, signum: int) -> bool:
+        if self._proc.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._proc.pid, signum)
+        return True

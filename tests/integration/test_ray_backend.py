@@ -1,0 +1,124 @@
+"""What only a cluster shows: placement on a node, a node lost mid-job, a timeout and a cancel
+that reach a supervisor on another node, and stores that other nodes cannot reach."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+import shoal
+from helpers import wait_until
+from ray_cluster import ray_session
+from shoal import RemoteExecutor, remote
+from shoal.core import FailureKind, JobQuery, JobStatus
+from shoal.errors import ConfigError, JobCancelledError, JobTimeoutError
+
+pytestmark = [pytest.mark.ray]
+
+
+def _where() -> str:
+    import os
+
+    return os.environ["SHOAL_RAY_NODE_ID"]
+
+
+def _block(seconds: float) -> str:
+    print("blocking", flush=True)
+    time.sleep(seconds)
+    return "woke up"
+
+
+def _node_with(resource: str) -> str:
+    import ray
+
+    [node] = [n["NodeID"] for n in ray.nodes() if n["Alive"] and resource in n["Resources"]]
+    return node
+
+
+@pytest.fixture
+def team(request, tmp_path):
+    sessions = []
+
+    def make(**settings):
+        s = ray_session(request, tmp_path / f"home{len(sessions)}", **settings)
+        sessions.append(s)
+        return s
+
+    yield make
+    for s in sessions:
+        s.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_custom_resource_places_the_job_on_that_node(team):
+    s = team(ray_resources={"node2": 1})
+    with shoal.use(s):
+        assert remote(_where)() == _node_with("node2")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_forced_timeout_stops_a_blocked_call_within_seconds(team):
+    s = team()
+    with shoal.use(s):
+        started = time.monotonic()
+        with pytest.raises(JobTimeoutError):
+            remote(_block, max_runtime_in_seconds=3)(600)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_cancel_stops_a_blocked_call(team):
+    s = team()
+    with shoal.use(s), RemoteExecutor() as executor:
+        future = executor.submit(_block, 600)
+        wait_until(lambda: future.job_name and s.jobs.get(future.job_name).status
+                   == JobStatus.RUNNING, 90, what="the job to run")
+        wait_until(lambda: b"blocking" in s.jobs.read_log(future.job_name), 30)
+        started = time.monotonic()
+        # The stop may land before cancel() returns: the future then ends JobCancelledError.
+        cancelled = future.cancel()
+        record = s.jobs.wait(future.job_name, timeout=60)
+        assert cancelled or isinstance(future.exception(timeout=30), JobCancelledError)
+    assert record.status == JobStatus.STOPPED
+    assert time.monotonic() - started < 30
+    wait_until(lambda: s.backend.is_alive(record.handle) is False, 30,
+               what="the supervisor's actor to end")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_node_lost_mid_job_fails_the_job(team, ray_cluster):
+    tag = ray_cluster.add_node("node3")
+    s = team(ray_resources={"node3": 1})
+    prefix = f"lost-{uuid.uuid4().hex[:6]}"
+    with shoal.use(s), RemoteExecutor(job_name_prefix=prefix) as executor:
+        future = executor.submit(_block, 600)
+        wait_until(lambda: future.job_name and b"blocking" in s.jobs.read_log(future.job_name),
+                   90, what="the job to run on node3")
+        ray_cluster.kill_node(tag)
+        record = s.jobs.wait(future.job_name, timeout=90)
+        assert record.status == JobStatus.FAILED
+        assert record.failure_kind == FailureKind.SUPERVISOR_LOST
+        with pytest.raises(shoal.errors.JobFailedError, match="exited without reporting"):
+            future.result()
+    [record] = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
+    assert record.is_terminal
+
+
+def test_node_local_stores_are_refused_on_two_nodes(ray_cluster, tmp_path):
+    s = shoal.Session(home=str(tmp_path / "home"), backend="ray",
+                      ray_address=ray_cluster.address, ray_auth_token_file=str(ray_cluster.token))
+    try:
+        with shoal.use(s), pytest.raises(ConfigError) as info:
+            remote(_where)()
+        message = str(info.value)
+        assert "SHOAL_ARTIFACT_URL=s3://" in message
+        assert "SHOAL_METADATA_URL=postgresql://" in message
+        assert s.metadata.list_jobs(JobQuery()) == []  # refused before anything was recorded
+    finally:
+        s.close()
