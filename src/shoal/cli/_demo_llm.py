@@ -64,13 +64,16 @@ def run_llm_demo(session: Any, number: int) -> None:
         out().print(Text(f"   job {job}: loss by step, from run {experiment}/{run_name}:"))
         out().print(Text(f"     {trail}"))
         answer = _generate(tuner.model_data, Path(tmp) / "merged")
-    out().print(Text(f"   merged model (model.tar.gz: safetensors, tokenizer, adapter/, "
-                     f"serving.properties) asked {_QUESTION!r}:"))
-    out().print(Text(f"     {answer!r}", style="green"))
-    out().print(Text(f"   {time.monotonic() - started:.1f}s. Find them again: shoal "
-                     f"{state.home_option()}jobs describe {job}; shoal "
-                     f"{state.home_option()}runs show {run_name} -e {experiment}",
-                     style="dim"))
+        out().print(Text(f"   merged model (model.tar.gz: safetensors, tokenizer, adapter/, "
+                         f"serving.properties) asked {_QUESTION!r}:"))
+        out().print(Text(f"     {answer!r}", style="green"))
+        out().print(Text(f"   {time.monotonic() - started:.1f}s. Find them again: shoal "
+                         f"{state.home_option()}jobs describe {job}; shoal "
+                         f"{state.home_option()}runs show {run_name} -e {experiment}",
+                         style="dim"))
+        from shoal.cli._demo_llm_serving import run_llm_serving_demo
+
+        run_llm_serving_demo(Path(tmp) / "merged", _QUESTION, number + 1)
 
 
 def _generate(model_data: str, where: Path) -> str:
