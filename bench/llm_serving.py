@@ -3,8 +3,8 @@ vs one static batched ``generate()`` (the ceiling), on a tiny random-init Llama 
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/llm_serving.py [--clients 16] [--new-tokens 64]
 
-The model is big enough that compute, not Python, dominates a little (hidden 256, 4 layers,
-8 heads, vocabulary 1000). The server is ``python -m shoal.serving --model DIR`` in its own
+The default model is a tiny Llama (hidden 128, 2 layers, 4 heads, vocabulary 1000; --hidden and --layers change it;
+see docs/performance.md for other sizes). The server is ``python -m shoal.serving --model DIR`` in its own
 process (one torch thread, as here); the clients stream ``/generate_stream`` (SSE) from this
 process, so the time to each request's first token is measured where a client sees it.
 
@@ -47,11 +47,12 @@ def _prompts(n: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(n)]
 
 
-def build(directory: Path) -> Path:
+def build(directory: Path, hidden: int = 256, layers: int = 4) -> Path:
     from shoal.llm import create_tiny_model, write_serving_properties
 
-    create_tiny_model(directory, _texts(), vocab_size=1000, hidden_size=256, num_layers=4,
-                      num_heads=8, max_positions=512, initializer_range=0.02)
+    create_tiny_model(directory, _texts(), vocab_size=1000, hidden_size=hidden,
+                      num_layers=layers, num_heads=max(2, hidden // 32), max_positions=512,
+                      initializer_range=0.02)
     write_serving_properties(directory, {"engine": "Python", "option.dtype": "fp32",
                                          "option.max_rolling_batch_size": 32})
     return directory
@@ -159,6 +160,9 @@ def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=128, help="model width (64: shoal.llm's "
+                        "tiny default)")
+    parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternate the static batch and the server this many times and "
@@ -168,7 +172,7 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     with tempfile.TemporaryDirectory(prefix="shoal-bench-llm-") as tmp:
-        directory = build(Path(tmp) / "model")
+        directory = build(Path(tmp) / "model", args.hidden, args.layers)
         prompts = _prompts(args.clients)
         base = Baselines(directory, prompts, args.new_tokens)
         sequential = base.sequential()
