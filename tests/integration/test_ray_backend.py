@@ -122,3 +122,12 @@ def test_node_local_stores_are_refused_on_two_nodes(ray_cluster, tmp_path):
         assert s.metadata.list_jobs(JobQuery()) == []  # refused before anything was recorded
     finally:
         s.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_job_no_node_can_hold_fails_at_once(team):
+    s = team(ray_resources={"nowhere": 1})
+    with shoal.use(s), pytest.raises(shoal.errors.JobFailedError,
+                                     match="no node of the Ray cluster can hold"):
+        remote(_where)()

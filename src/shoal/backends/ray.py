@@ -27,9 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.ports import ExecContext, LaunchInfo
-from shoal.errors import BackendUnavailableError, ConfigError, LaunchError
+from shoal.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    LaunchError,
+    ResourceUnavailableError,
+)
 
-__all__ = ["RayBackend", "check_shared_stores"]
+__all__ = ["RayBackend", "check_feasible", "check_shared_stores", "node_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +81,20 @@ def check_shared_stores(env: Mapping[str, str], alive_nodes: int) -> None:
             f"the Ray cluster has {alive_nodes} nodes, and jobs on the other nodes cannot reach "
             f"{' or '.join(problems)}. Use stores every node reaches, or a one-node cluster",
             nodes=alive_nodes)
+
+
+def check_feasible(job: str, demand: Mapping[str, float],
+                   nodes: list[Mapping[str, float]]) -> None:
+    """Refuse a job no alive node could ever hold (Ray would queue it forever)."""
+    if any(all(node.get(k, 0.0) >= v for k, v in demand.items()) for node in nodes):
+        return
+    asked = ", ".join(f"{k}={v:g}" for k, v in sorted(demand.items()))
+    largest = "; ".join(", ".join(f"{k}={node.get(k, 0.0):g}" for k in sorted(demand))
+                        for node in nodes[:8]) or "no alive node"
+    raise ResourceUnavailableError(
+        f"no node of the Ray cluster can hold job {job!r} ({asked}); its nodes have: "
+        f"{largest}. Choose a smaller instance_type, drop SHOAL_RAY_RESOURCES, or add a node "
+        "that has them", job=job)
 
 
 class RayBackend:
@@ -136,17 +155,18 @@ class RayBackend:
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         ray = self._ray()
-        check_shared_stores(ctx.env, self.alive_nodes())
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        check_shared_stores(ctx.env, len(nodes))
+        demand = self._demand(ctx)
+        check_feasible(ctx.job, demand, [n.get("Resources") or {} for n in nodes])
         actor = _actor_name(ctx.job)
         options: dict[str, Any] = {
             "name": actor, "namespace": self._namespace, "lifetime": "detached",
-            "max_restarts": 0, "num_cpus": max(float(ctx.cpus), 1.0),
-            "num_gpus": ctx.gpus,
-        }
-        if ctx.memory_mib:
-            options["memory"] = int(ctx.memory_mib) * 1024 * 1024
-        if self._resources:
-            options["resources"] = dict(self._resources)
+            "max_restarts": 0, "num_cpus": demand.pop("CPU"), "num_gpus": demand.pop("GPU", 0)}
+        if "memory" in demand:
+            options["memory"] = demand.pop("memory")
+        if demand:
+            options["resources"] = demand
         try:
             self._actor_cls.options(**options).remote(
                 ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd)
@@ -159,6 +179,16 @@ class RayBackend:
         # The actor may wait for resources: the pid and node are known only once it runs.
         return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
                                               "address": self._address})
+
+    def _demand(self, ctx: ExecContext) -> dict[str, float]:
+        """What the job's actor reserves, in Ray's resource names."""
+        demand: dict[str, float] = {"CPU": max(float(ctx.cpus), 1.0)}
+        if ctx.gpus:
+            demand["GPU"] = float(ctx.gpus)
+        if ctx.memory_mib:
+            demand["memory"] = float(int(ctx.memory_mib) * 1024 * 1024)
+        demand.update(self._resources)
+        return demand
 
     # --- observing and stopping -------------------------------------------------------
 
