@@ -171,6 +171,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
     spec = r.spec
     handle = dict(r.handle)
     supervisor = (f"pid {handle['pid']} on {handle.get('host', '?')}" if handle.get("pid")
+                  else f"Ray actor {handle['actor']}" if handle.get("actor")
                   else "not started")
     job = [("name", r.name), ("status", status_text(r.status)), ("kind", str(spec.kind)),
            ("function", spec.function_name or "-"),
