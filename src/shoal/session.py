@@ -274,22 +274,26 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
 
 def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float) -> None:
     """Stay alive for *keep_alive* seconds after each job and take the next one handed over."""
+    from shoal.jobs._child import replace_environ
+
     endpoint = session.backend.warm_endpoint(pool)
     try:
         while (request := endpoint.next_job(keep_alive, supervisor.stop_requested)) is not None:
-            job, env = request
-            os.environ.clear()
-            os.environ.update(env)  # each job runs with its own client's environment
+            replace_environ(request.env)  # each job runs with its own client's environment
             try:
-                supervisor.run(job)
+                if request.batch:
+                    supervisor.run_batch(request.job, request.batch, notify=endpoint.notify)
+                else:
+                    supervisor.run(request.job)
             finally:
                 endpoint.job_done()
     finally:
         endpoint.close()
 
 
-def supervisor_main(job: str) -> int:
-    """Entry point of a job's supervisor process (forked by the launcher or spawned)."""
+def supervisor_main(job: str, *batch: str) -> int:
+    """Entry point of a job's supervisor process (forked by the launcher or spawned); with
+    *batch*, *job* names a batch and *batch* its jobs (``JobService.submit_batch``)."""
     from shoal.jobs.driver import Supervisor
     from shoal.jobs.slots import SlotPool
 
@@ -303,7 +307,7 @@ def supervisor_main(job: str) -> int:
                                 envs=session.env_builder, warm=bool(pool),
                                 run_dir=session.home / "run",
                                 zygote_idle_seconds=session.settings.zygote_idle_seconds)
-        code = supervisor.run(job)
+        code = supervisor.run_batch(job, batch) if batch else supervisor.run(job)
         if pool and keep_alive > 0:
             _serve_warm(session, supervisor, pool, keep_alive)
         return code

@@ -1,9 +1,13 @@
 """Warm pools on this machine: supervisors that stay alive to take the next compatible job.
 
 Each warm worker listens on ``<pool>/<pid>.sock`` and owns ``<pool>/<pid>.claim``. A client
-claims an idle worker by taking the claim file's lock, hands it one job, and is told when the
-job has ended; a worker retires after its keep-alive period only when it can take its own
-claim lock, so a worker is never retired under a client that just claimed it.
+claims an idle worker by taking the claim file's lock, hands it one job (or a batch of jobs),
+and is told when the job has ended (for a batch: which jobs ended, as they end); a worker
+retires after its keep-alive period only when it can take its own claim lock, so a worker is
+never retired under a client that just claimed it.
+
+Worker to client, for a batch: JSON lines ``{"jobs": [...], "size": n}`` each followed by *n*
+bytes, then ``{"done": true}``. For one job: ``{"done": true}``.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from shoal.backends._procfs import start_ticks
 from shoal.backends._rundir import private_socket_dir
 
-__all__ = ["WarmClaim", "WarmEndpoint", "claim_worker", "pool_dir"]
+__all__ = ["WarmClaim", "WarmEndpoint", "WarmRequest", "claim_worker", "pool_dir"]
 
 
 def pool_dir(run_dir: Path, pool: str) -> Path:
@@ -49,11 +54,50 @@ def _send_line(sock: socket.socket, message: Mapping[str, Any]) -> None:
 
 
 class WarmClaim:
-    """A client's hold on one warm worker for one job."""
+    """A client's hold on one warm worker for one job (or one batch)."""
 
-    def __init__(self, sock: socket.socket, lock: IO[str], pid: int) -> None:
+    def __init__(self, sock: socket.socket, lock: IO[str], pid: int,
+                 ticks: int | None = None) -> None:
         self._sock, self._lock, self.pid = sock, lock, pid
+        self.start_ticks = ticks
         self.done = False
+        self._buf = bytearray()
+
+    def read(self, timeout: float) -> tuple[dict[str, Any], bytes] | None:
+        """The worker's next message about a batch and the bytes that follow it; None on
+        timeout. ``{"done": true}`` ends the batch; a worker that went away reads as
+        ``{"lost": true}``."""
+        if self.done:
+            return {"done": True}, b""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        try:
+            while (end := self._buf.find(b"\n")) < 0:
+                self._fill(deadline)
+            message = json.loads(bytes(self._buf[:end]))
+            del self._buf[:end + 1]
+            size = int(message.get("size") or 0)
+            while len(self._buf) < size:
+                self._fill(deadline + 60.0)  # the data follows its header at once
+        except TimeoutError:
+            return None
+        except (OSError, ValueError):
+            self.close()
+            return {"lost": True}, b""
+        data = bytes(self._buf[:size])
+        del self._buf[:size]
+        if message.get("done"):
+            self.close()
+        return message, data
+
+    def _fill(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self._sock.settimeout(left)
+        chunk = self._sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("the warm worker closed the connection")
+        self._buf += chunk
 
     def wait(self, timeout: float) -> bool:
         """True once the worker says the job ended (or the worker is gone); False on timeout."""
@@ -78,8 +122,9 @@ class WarmClaim:
             self._lock.close()
 
 
-def claim_worker(directory: Path, job: str, env: Mapping[str, str]) -> WarmClaim | None:
-    """Hand *job* to an idle worker of the pool, or return None when none is idle."""
+def claim_worker(directory: Path, request: Mapping[str, Any]) -> WarmClaim | None:
+    """Hand *request* (``{"job", "env"}``, plus ``"batch"``: the names of a batch's jobs) to an
+    idle worker of the pool, or return None when none is idle."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -101,7 +146,7 @@ def claim_worker(directory: Path, job: str, env: Mapping[str, str]) -> WarmClaim
         try:
             sock.settimeout(10)
             sock.connect(str(directory / f"{pid}.sock"))
-            _send_line(sock, {"job": job, "env": dict(env)})
+            _send_line(sock, request)
             reply = _recv_line(sock)
         except (OSError, ValueError):
             sock.close()
@@ -109,11 +154,20 @@ def claim_worker(directory: Path, job: str, env: Mapping[str, str]) -> WarmClaim
             lock.close()
             continue
         if reply.get("ok"):
-            return WarmClaim(sock, lock, pid)
+            return WarmClaim(sock, lock, pid, reply.get("start_ticks"))
         sock.close()
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class WarmRequest:
+    """What a client handed over: one job, or a batch (``job`` then names the batch)."""
+
+    job: str
+    env: dict[str, str]
+    batch: tuple[str, ...] = field(default=())
 
 
 class WarmEndpoint:
@@ -122,6 +176,7 @@ class WarmEndpoint:
     def __init__(self, directory: Path) -> None:
         self._dir = Path(directory)
         self._pid = os.getpid()
+        self._ticks: int | None = None
         self._server: socket.socket | None = None
         self._conn: socket.socket | None = None
 
@@ -142,7 +197,7 @@ class WarmEndpoint:
         return self
 
     def next_job(self, keep_alive: float, should_stop: Callable[[], bool] = lambda: False
-                 ) -> tuple[str, dict[str, str]] | None:
+                 ) -> WarmRequest | None:
         """Block until a client hands over a job; None once idle for *keep_alive* seconds, or
         when *should_stop* says so (a SIGTERM while idle retires the worker)."""
         if self._server is None:
@@ -165,13 +220,26 @@ class WarmEndpoint:
             try:
                 conn.settimeout(10)
                 request = _recv_line(conn)
-                _send_line(conn, {"ok": True, "pid": self._pid,
-                                  "start_ticks": start_ticks(self._pid)})
+                if self._ticks is None:
+                    self._ticks = start_ticks(self._pid)
+                _send_line(conn, {"ok": True, "pid": self._pid, "start_ticks": self._ticks})
             except (OSError, ValueError):
                 conn.close()
                 continue
             self._conn = conn
-            return str(request["job"]), dict(request.get("env") or {})
+            return WarmRequest(str(request["job"]), dict(request.get("env") or {}),
+                               tuple(str(n) for n in request.get("batch") or ()))
+
+    def notify(self, message: Mapping[str, Any], data: bytes = b"") -> None:
+        """Tell the client something about its batch (``message["size"]`` bytes follow)."""
+        if self._conn is None:
+            return
+        try:
+            self._conn.sendall(json.dumps({**message, "size": len(data)}).encode() + b"\n"
+                               + data)
+        except OSError:  # the client went away; its jobs carry on and are recorded
+            self._conn.close()
+            self._conn = None
 
     def job_done(self) -> None:
         if self._conn is not None:

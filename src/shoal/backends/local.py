@@ -60,10 +60,13 @@ class LocalBackend:
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         pool = self._pool(ctx.pool) if ctx.pool else None
         if pool:
-            claim = claim_worker(pool_dir(self._run_dir, pool), ctx.job, ctx.env)
+            request: dict[str, Any] = {"job": ctx.job, "env": dict(ctx.env)}
+            if ctx.batch:
+                request["batch"] = list(ctx.batch)
+            claim = claim_worker(pool_dir(self._run_dir, pool), request)
             if claim is not None:
                 return LaunchInfo("local", claim.pid, socket.gethostname(),
-                                  start_ticks(claim.pid), waiter=claim)
+                                  claim.start_ticks or start_ticks(claim.pid), waiter=claim)
         log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = dict(ctx.env)

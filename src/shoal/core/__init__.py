@@ -14,6 +14,7 @@ from shoal.core.experiments import (
 from shoal.core.jobs import (
     TRANSITIONS,
     FailureKind,
+    JobChange,
     JobEvent,
     JobKind,
     JobName,
@@ -43,6 +44,7 @@ __all__ = [
     "FailureKind",
     "IdFactory",
     "InstanceType",
+    "JobChange",
     "JobEvent",
     "JobKind",
     "JobName",

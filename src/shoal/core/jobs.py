@@ -14,6 +14,7 @@ from shoal.errors import InvalidTransitionError
 __all__ = [
     "TRANSITIONS",
     "FailureKind",
+    "JobChange",
     "JobEvent",
     "JobKind",
     "JobName",
@@ -141,6 +142,25 @@ class JobEvent:
     status: JobStatus
     at: datetime
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """One transition of one job, for ``MetadataStore.update_jobs`` (many in one transaction).
+
+    ``at`` is when it happened (None: when it is recorded); ``expected`` makes it conditional
+    on the job's current status, as ``update_job(expected=...)`` does.
+    """
+
+    name: JobName
+    status: JobStatus
+    expected: JobStatus | None = None
+    at: datetime | None = None
+    reason: str | None = None
+    failure_kind: FailureKind | None = None
+    exit_code: int | None = None
+    attempt: int | None = None
+    env_setup_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

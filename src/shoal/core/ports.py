@@ -23,7 +23,7 @@ from shoal.core.experiments import (
     RunRecord,
     RunStatus,
 )
-from shoal.core.jobs import FailureKind, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 
 __all__ = ["ArtifactStore", "Backend", "ExecContext", "JobQuery", "LaunchInfo", "MetadataStore"]
 
@@ -51,16 +51,25 @@ class JobQuery:
     name_prefix: str | None = None
     name_contains: str | None = None
     created_after: datetime | None = None
+    #: Only these jobs (e.g. the jobs of one batch); empty means no such filter.
+    names: Sequence[str] = ()
     limit: int = 100
 
 
 @runtime_checkable
 class MetadataStore(Protocol):
     def create_job(self, spec: JobSpec, *, secret: str, backend: str) -> JobRecord: ...
+    def create_jobs(self, specs: Sequence[JobSpec], *, secrets: Sequence[str],
+                    backend: str) -> list[JobRecord]:
+        """Create every job or none (one transaction); AlreadyExistsError names the clashes."""
+        ...
     def get_job(self, name: str) -> JobRecord: ...
     def find_job(self, name: str) -> JobRecord | None: ...
     def list_jobs(self, query: JobQuery) -> list[JobRecord]: ...
     def get_job_secret(self, name: str) -> str: ...
+    def get_job_secrets(self, names: Sequence[str]) -> dict[str, str]:
+        """The secret of each named job (JobNotFound if one is missing)."""
+        ...
     def update_job(
         self, name: str, *, status: JobStatus, expected: JobStatus | None = None,
         reason: str | None = None, failure_kind: FailureKind | None = None,
@@ -68,7 +77,17 @@ class MetadataStore(Protocol):
         handle: Mapping[str, Any] | None = None, env_setup_seconds: float | None = None,
         want_record: bool = True,
     ) -> JobRecord | None: ...
+    def update_jobs(self, changes: Sequence[JobChange]) -> list[bool]:
+        """Apply many transitions in one transaction, in order; for each, whether it was
+        applied (False: the move is not allowed from the job's status then, which is left
+        as it was). Changes of one job apply one after the other."""
+        ...
     def set_handle(self, name: str, handle: Mapping[str, Any]) -> None: ...
+    def set_handles(self, names: Sequence[str], handle: Mapping[str, Any]
+                    ) -> dict[str, JobStatus]:
+        """Record *handle* on each named job that has not ended (one transaction); return
+        every named job's status."""
+        ...
     def iter_unfinished(self) -> Iterator[JobRecord]: ...
     def close(self) -> None: ...
 
@@ -134,6 +153,9 @@ class ExecContext:
     cpus: float = 0.0
     gpus: int = 0
     memory_mib: int | None = None
+    #: Jobs handed over together to one warm worker (``JobService.submit_batch``); ``job`` then
+    #: names the batch.
+    batch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -300,6 +300,11 @@ class WarmExecutor:
     def usable(self, memory_mib: int | None) -> bool:
         return self.alive and memory_mib == self._memory
 
+    @property
+    def ctrl(self) -> Any:
+        """The control socket: requests go out on it and answers come back (batches)."""
+        return self._ctrl
+
     def run(self, workdir: Path, env: dict[str, str], blobs: list[bytes]) -> ExecutorJob:
         """Hand over one job: its payloads travel on the socket, not through files."""
         import json

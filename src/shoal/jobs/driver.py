@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,14 @@ class Supervisor:
             f"AlgorithmError: {what}; last output:\n{sink.tail(20)}"
         return Outcome(JobStatus.FAILED, FailureKind.SIGNAL if rc < 0 else FailureKind.EXIT_CODE,
                        reason, exit_code=rc, retry=retry)
+
+    def run_batch(self, batch: str, names: Sequence[str], *,
+                  notify: Callable[[dict[str, Any], bytes], None] | None = None) -> int:
+        """Run jobs handed over together (``JobService.submit_batch``), each its own job;
+        *notify* tells the client which ended (``jobs/_batchrun.py``)."""
+        from shoal.jobs._batchrun import BatchRun
+
+        return BatchRun(self, batch, names, notify).run()
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}

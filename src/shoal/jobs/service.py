@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.clock import Clock, SystemClock
-from shoal.core.jobs import FailureKind, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.ports import ArtifactStore, Backend, ExecContext, MetadataStore
 from shoal.errors import (
     ArtifactNotFound,
@@ -21,6 +22,9 @@ from shoal.errors import (
 )
 from shoal.serialization import Payload, deserialize, new_key, serialize
 from shoal.storage.artifacts import job_key
+
+if TYPE_CHECKING:
+    from shoal.jobs._batchclient import JobBatch
 
 __all__ = ["JobService", "log_key"]
 
@@ -76,6 +80,7 @@ class JobService:
         self._env = dict(supervisor_env)
         self._clock = clock or SystemClock()
         self._waiters: dict[str, Any] = {}
+        self._functions: set[str] = set()  # digests of function pickles stored for batches
 
     # --- submitting -------------------------------------------------------------------
 
@@ -131,6 +136,84 @@ class JobService:
             raise
         return self.launch(record)
 
+    def submit_batch(self, specs: Sequence[JobSpec], func: Callable[..., Any],
+                     calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]) -> JobBatch:
+        """Many calls of *func* at once, each its own job (record, key, log, result), handed
+        to one warm worker together. The specs must differ only in their names.
+
+        Raises (recording nothing) when a payload cannot be pickled or the records cannot be
+        created; once they are, a failure to store the payloads or to start a worker fails the
+        jobs instead (their outcomes say why).
+        """
+        from shoal.jobs._batchclient import JobBatch
+        from shoal.jobs._batchfiles import new_batch_id, write_batch
+        from shoal.serialization import resign
+
+        self._check_submission()
+        template = specs[0]
+        keys = [new_key() for _ in specs]
+        # Pickled once: each job gets the same pickle signed under its own key.
+        function = serialize(func, keys[0], what=f"function {template.function_name!r}")
+        arguments = [serialize((tuple(args), dict(kwargs)), key,
+                               what=f"arguments of {template.function_name!r}")
+                     for key, (args, kwargs) in zip(keys, calls, strict=True)]
+        batch = new_batch_id(self._clock.now())
+        records = self._create_batch(batch, specs, keys)
+        names = tuple(r.name for r in records)
+        try:
+            write_batch(self.artifacts, batch, function,
+                        [(n, resign(function, k), a) for n, k, a in zip(names, keys, arguments,
+                                                                         strict=True)],
+                        known=self._functions)
+        except ShoalError as e:
+            self.advance_many([JobChange(n, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
+                                         reason=f"could not store the payloads of batch "
+                                                f"{batch}: {e}") for n in names])
+            return JobBatch(self, names, keys, None)
+        keep = template.keep_alive_period_in_seconds
+        ctx = ExecContext(job=JobName(batch), entrypoint=self._entrypoint, args=(batch, *names),
+                          env=self._env, prepare=self._prepare,
+                          pool=self._spec_pool_key(template, template.name) if keep else None,
+                          keep_alive_seconds=float(keep), cpus=template.cpus,
+                          gpus=template.gpus, memory_mib=template.memory_mib, batch=names)
+        try:
+            info = self.backend.launch(ctx)
+        except ShoalError as e:
+            self.advance_many([JobChange(n, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
+                                         reason=f"could not start the supervisor: {e}")
+                               for n in names])
+            return JobBatch(self, names, keys, None)
+        if info.waiter is None:  # a new supervisor: it records its handle itself too
+            self.metadata.set_handles(names, info.to_json())
+        logger.info("batch %s of %d jobs submitted (supervisor pid %s)", batch, len(names),
+                    info.pid)
+        return JobBatch(self, names, keys, info)
+
+    def _create_batch(self, batch: str, specs: Sequence[JobSpec], keys: Sequence[str]
+                      ) -> list[JobRecord]:
+        """Record a batch's jobs, each naming its batch; a generated name that is taken (six
+        random hex digits per second of names) is drawn again."""
+        import secrets
+
+        from shoal.errors import AlreadyExistsError
+
+        batched = [dataclasses.replace(spec, extra={**spec.extra, "batch": {"id": batch,
+                                                                            "index": i}})
+                   for i, spec in enumerate(specs)]
+        attempts = 0
+        while True:
+            try:
+                return self.metadata.create_jobs(batched, secrets=keys,
+                                                 backend=self.backend.name)
+            except AlreadyExistsError as e:
+                taken = set(e.details.get("jobs") or ())
+                attempts += 1
+                if attempts == 5 or not taken:
+                    raise
+                batched = [dataclasses.replace(
+                    s, name=JobName(f"{s.name.rsplit('-', 1)[0]}-{secrets.token_hex(3)}"))
+                    if s.name in taken else s for s in batched]
+
     def launch(self, record: JobRecord) -> JobRecord:
         spec = record.spec
         keep = spec.keep_alive_period_in_seconds
@@ -162,16 +245,18 @@ class JobService:
             check(self._env)
 
     def _pool_key(self, record: JobRecord) -> str:
+        return self._spec_pool_key(record.spec, record.name)
+
+    def _spec_pool_key(self, spec: JobSpec, name: str) -> str:
         """Jobs that may share a warm worker: same environment, workdir and stores."""
         import hashlib
 
-        spec = record.spec
         parts = [spec.python_version, str(spec.extra.get("workdir_sha256", "")),
                  str(spec.extra.get("conda_env", "")), str(spec.memory_mib),
                  self._env.get("SHOAL_METADATA_URL", ""), self._env.get("SHOAL_ARTIFACT_URL", "")]
         if spec.dependencies:
             parts.append(self.artifacts.get_bytes(
-                job_key(record.name, "env", "requirements.txt")).decode(errors="replace"))
+                job_key(name, "env", "requirements.txt")).decode(errors="replace"))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def _put_payload(self, job: str, kind: str, payload: Payload) -> None:
@@ -180,8 +265,22 @@ class JobService:
         self.artifacts.put_bytes(job_key(job, kind, "metadata.json"), payload.metadata)
 
     def get_payload(self, job: str, kind: str) -> Payload:
-        return Payload(self.artifacts.get_bytes(job_key(job, kind, "payload.pkl")),
-                       self.artifacts.get_bytes(job_key(job, kind, "metadata.json")))
+        try:
+            return Payload(self.artifacts.get_bytes(job_key(job, kind, "payload.pkl")),
+                           self.artifacts.get_bytes(job_key(job, kind, "metadata.json")))
+        except ArtifactNotFound:
+            # A batched job's payloads live in its batch (jobs/_batchfiles.py).
+            from shoal.jobs._batchfiles import batch_of, find_outcome, job_payload
+
+            batch = batch_of(self.metadata.get_job(job).spec.extra)
+            if batch is None:
+                raise
+            if kind in ("function", "arguments"):
+                return job_payload(self.artifacts, batch, job, kind)
+            found = find_outcome(self.artifacts, batch, job)
+            if found is None or found[0] != kind:
+                raise
+            return found[1]
 
     # --- state ------------------------------------------------------------------------
 
@@ -189,6 +288,15 @@ class JobService:
         """transition() without reading the record back (the supervisor's hot path)."""
         self.metadata.update_job(name, status=status, want_record=False, **fields)
         logger.info("job %s is %s", name, status, extra={"job_id": name})
+
+    def advance_many(self, changes: Sequence[JobChange]) -> list[bool]:
+        """Several transitions in one transaction (a batch's jobs); which were applied."""
+        applied = self.metadata.update_jobs(changes)
+        for change, ok in zip(changes, applied, strict=True):
+            if ok:
+                logger.info("job %s is %s", change.name, change.status,
+                            extra={"job_id": change.name})
+        return applied
 
     def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
         record = self.metadata.update_job(name, status=status, **fields)

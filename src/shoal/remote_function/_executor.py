@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,8 +17,10 @@ from concurrent.futures._base import (  # the states Future.cancel() itself uses
     FINISHED,
     RUNNING,
 )
+from dataclasses import dataclass
 from typing import Any
 
+from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
 from shoal.remote_function._options import RemoteOptions
@@ -83,10 +85,31 @@ class RemoteFuture(Future):  # type: ignore[type-arg]
 
 
 _STOP = object()
+#: Most calls a warm worker is handed at once when map() is given no chunksize.
+AUTO_CHUNK = 64
+
+
+@dataclass(slots=True)
+class _Item:
+    """A submitted call waiting for an executor thread."""
+
+    future: RemoteFuture
+    session: Any
+    spec: JobSpec
+    files: dict[str, bytes]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    #: Most calls that may be handed to a warm worker with this one (1: alone).
+    chunk: int = 1
 
 
 class RemoteExecutor(Executor):
     """Run functions as jobs, at most ``max_parallel_jobs`` at a time (SageMaker's names).
+
+    With a warm pool (``keep_alive_period_in_seconds`` > 0), calls of one function that wait
+    in the queue are handed to a warm worker together (see ``map``'s ``chunksize``); each is
+    still its own job, with its own record, log, result and end state.
 
     Example:
         >>> with RemoteExecutor(instance_type="ml.m5.large", max_parallel_jobs=2) as e:  # doctest: +SKIP
@@ -99,11 +122,11 @@ class RemoteExecutor(Executor):
                                        f"{max_parallel_jobs!r}", argument="max_parallel_jobs")
         self._options = RemoteOptions.from_kwargs(kwargs)
         self._max = max_parallel_jobs
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._items: collections.deque[_Item | object] = collections.deque()
         self._workers: list[threading.Thread] = []
         self._shutdown = False
         self._lock = threading.Lock()
-        self._pending: collections.deque[RemoteFuture] = collections.deque()
+        self._ready = threading.Condition(self._lock)
 
     def _session(self) -> Any:
         from shoal.session import current
@@ -114,7 +137,7 @@ class RemoteExecutor(Executor):
         return self._submit(fn, args, kwargs)
 
     def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                *, after_shutdown: bool = False) -> RemoteFuture:
+                *, after_shutdown: bool = False, chunk: int = AUTO_CHUNK) -> RemoteFuture:
         # A map() iterator opened before shutdown() may still refill its window: like the
         # standard library's map, which submits everything up front, its inputs are owed.
         with self._lock:
@@ -125,15 +148,17 @@ class RemoteExecutor(Executor):
             session = self._session()
             spec, files = self._options.build_job(fn, session,
                                                   call_args=(*args, *kwargs.values()))
-            self._pending.append(future)
-            self._queue.put((future, session, (spec, files), fn, args, kwargs))
+            item = _Item(future, session, spec, files, fn, args, kwargs,
+                         chunk if _batchable(spec, files, session) else 1)
+            self._items.append(item)
             if self._shutdown:
                 # The workers were told to stop: this late item brings its own, which stops
                 # after it (FIFO: the item is taken before the stop that follows it).
-                self._queue.put(_STOP)
+                self._items.append(_STOP)
                 self._spawn_worker()
             elif len(self._workers) < self._max:
                 self._spawn_worker()
+            self._ready.notify()
         return future
 
     def _spawn_worker(self) -> None:
@@ -142,43 +167,94 @@ class RemoteExecutor(Executor):
         self._workers.append(t)
         t.start()
 
+    def _take(self) -> list[_Item] | None:
+        """The next call, with the calls queued behind it that may share its hand-over (at
+        most its chunk, and a fair share of the queue); None: stop."""
+        with self._ready:
+            while not self._items:
+                self._ready.wait()
+            first = self._items.popleft()
+            if not isinstance(first, _Item):
+                return None
+            taken = [first]
+            if first.chunk > 1:
+                share = -(-(len(self._items) + 1) // self._max)  # ceil: every worker gets some
+                limit = min(first.chunk, share)
+                while self._items and len(taken) < limit:
+                    nxt = self._items[0]
+                    if not isinstance(nxt, _Item) or not _same_batch(first, nxt):
+                        break
+                    taken.append(self._items.popleft())  # type: ignore[arg-type]
+            return taken
+
     def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            future, session, spec, fn, args, kwargs = item
-            with self._lock:
-                if future in self._pending:
-                    self._pending.remove(future)
-            if not future.set_running_or_notify_cancel():
+        while (items := self._take()) is not None:
+            live = [i for i in items if i.future.set_running_or_notify_cancel()]
+            if live and (len(live) > 1 or live[0].chunk > 1):
+                self._run_batch(live)
                 continue
-            future._settle(functools.partial(self._run, future, session, spec, fn, args, kwargs))
+            for item in live:
+                item.future._settle(functools.partial(self._run, item))
 
     @staticmethod
-    def _run(future: RemoteFuture, session: Any, job: Any, fn: Callable[..., Any],
-             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        service = session.jobs
-        spec, files = job
+    def _run(item: _Item) -> Any:
+        service = item.session.jobs
         try:
-            record = service.submit_function(spec, fn, args, kwargs, files=files)
+            record = service.submit_function(item.spec, item.fn, item.args, item.kwargs,
+                                             files=item.files)
         except BaseException:
-            future._job_ready.set()
+            item.future._job_ready.set()
             raise
-        future._bind(service, record.name)  # sets _job_ready once the name is known
-        link_to_run(service.metadata, spec, record.name)
+        item.future._bind(service, record.name)  # sets _job_ready once the name is known
+        link_to_run(service.metadata, item.spec, record.name)
         record = service.wait(record.name)
         return service.outcome(record)
 
+    def _run_batch(self, items: list[_Item]) -> None:
+        """Several calls handed to one warm worker together; each settles as its job ends."""
+        service = items[0].session.jobs
+        try:
+            batch = service.submit_batch([i.spec for i in items], items[0].fn,
+                                         [(i.args, i.kwargs) for i in items])
+        except BaseException:
+            # Nothing was recorded (a call that does not pickle, a name taken): one by one,
+            # so each call gets its own outcome.
+            for item in items:
+                item.future._settle(functools.partial(self._run, item))
+            return
+        futures = {}
+        for item, name in zip(items, batch.names, strict=True):
+            item.future._bind(service, name)
+            futures[name] = item.future
+            link_to_run(service.metadata, item.spec, name)
+        try:
+            for name, outcome in batch.outcomes():
+                futures.pop(name)._settle(outcome)
+        except BaseException as e:  # a store failure: no future is left waiting
+            for future in futures.values():
+                future._settle(functools.partial(_raise, e))
+
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
-        """Results in input order; inputs are consumed lazily, a window ahead of the results."""
+            timeout: float | None = None, chunksize: int | None = None) -> Iterator[Any]:
+        """Results in input order; inputs are consumed lazily, a window ahead of the results.
+
+        *chunksize*: with a warm pool, at most this many calls are handed to a worker at once
+        (each still its own job); None lets shoal choose (up to 64 of the calls waiting); 1
+        hands them over one by one. Without a warm pool it has no effect, as with
+        ``ThreadPoolExecutor``.
+        """
+        if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
+            raise InvalidArgumentError(f"chunksize must be >= 1, got {chunksize!r}",
+                                       argument="chunksize")
+        chunk = chunksize or AUTO_CHUNK
         end = None if timeout is None else time.monotonic() + timeout
         args_iter = zip(*iterables, strict=False)
         window: collections.deque[RemoteFuture] = collections.deque()
-        ahead = max(2 * self._max, 4)
+        warm = (self._options.keep_alive_period_in_seconds or 0) > 0
+        # Enough calls ahead that every worker has a full hand-over waiting.
+        ahead = max(2 * self._max * (chunk if warm else 1), 4)
         for args in itertools.islice(args_iter, ahead):
-            window.append(self.submit(fn, *args))
+            window.append(self._submit(fn, args, {}, chunk=chunk))
 
         def results() -> Iterator[Any]:
             try:
@@ -193,7 +269,8 @@ class RemoteExecutor(Executor):
                         future.cancel()  # as the standard library does: no orphaned job
                         raise
                     for args in itertools.islice(args_iter, 1):
-                        window.append(self._submit(fn, args, {}, after_shutdown=True))
+                        window.append(self._submit(fn, args, {}, after_shutdown=True,
+                                                   chunk=chunk))
                     yield value
             finally:
                 for f in window:
@@ -205,13 +282,39 @@ class RemoteExecutor(Executor):
         with self._lock:
             self._shutdown = True
             if cancel_futures:
-                for f in list(self._pending):
-                    f.cancel()
+                for item in self._items:
+                    if isinstance(item, _Item):
+                        item.future.cancel()
             for _ in self._workers:
-                self._queue.put(_STOP)
+                self._items.append(_STOP)
+            self._ready.notify_all()
         if wait:
             for t in self._workers:
                 t.join()
+
+
+def _raise(error: BaseException) -> Any:
+    raise error
+
+
+def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
+    """Calls that a warm worker can take in a batch: a plain function on the client's own
+    interpreter, run once (no environment to build, workdir, pre-execution or retries), on
+    the local backend (the one with warm workers)."""
+    settings = session.settings
+    return (spec.keep_alive_period_in_seconds > 0 and spec.kind == JobKind.FUNCTION
+            and not files and not spec.dependencies and not spec.extra.get("conda_env")
+            and not spec.extra.get("distribution")
+            and not spec.pre_execution_commands and not spec.pre_execution_script
+            and spec.max_retry_attempts <= 1
+            and getattr(settings, "backend", "local") == "local"
+            and getattr(settings, "job_process", "fork") == "fork")
+
+
+def _same_batch(a: _Item, b: _Item) -> bool:
+    """One hand-over takes calls of one function whose jobs differ only in their names."""
+    return (a.fn is b.fn and a.session is b.session and a.chunk == b.chunk
+            and dataclasses.replace(b.spec, name=a.spec.name) == a.spec)
 
 
 def _future_for(service: Any, name: str) -> RemoteFuture:

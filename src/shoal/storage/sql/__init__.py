@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,9 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from shoal.core.clock import Clock, SystemClock
 from shoal.core.jobs import (
+    TRANSITIONS,
     FailureKind,
+    JobChange,
     JobEvent,
     JobName,
     JobRecord,
@@ -185,6 +187,38 @@ class SqlMetadataStore(RunTables, EndpointTables):
                          created_at=created, updated_at=created, backend=backend,  # type: ignore[arg-type]
                          events=(JobEvent(JobStatus.PENDING, created),))  # type: ignore[arg-type]
 
+    def create_jobs(self, specs: Sequence[JobSpec], *, secrets: Sequence[str],
+                    backend: str) -> list[JobRecord]:
+        """Create every job or none, in one transaction."""
+        if len(secrets) != len(specs):
+            raise ValueError("create_jobs needs one secret per spec")
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise AlreadyExistsError(f"job names repeat within the batch: {', '.join(dup)}",
+                                     jobs=dup)
+        if not specs:
+            return []
+        now = _ts(self._clock.now())
+        pending = JobStatus.PENDING.value
+        rows = [(spec.name, pending, json.dumps(spec.to_json(), sort_keys=True), secret,
+                 backend, now, now) for spec, secret in zip(specs, secrets, strict=True)]
+        try:
+            with self._db.tx(write=True) as cur:
+                cur.executemany(self._db.sql(_INSERT_JOB), rows)
+                cur.executemany(self._db.sql(_INSERT_EVENT),
+                                [(name, pending, now, None) for name in names])
+        except self._db.integrity_error as e:
+            taken = [n for n in names if self.find_job(n) is not None]
+            raise AlreadyExistsError(
+                f"job(s) {', '.join(taken) or '?'} already exist; none of the {len(names)} "
+                "jobs was created; choose other names", jobs=taken) from e
+        created = _dt(now)
+        event = (JobEvent(JobStatus.PENDING, created),)  # type: ignore[arg-type]
+        return [JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
+                          created_at=created, updated_at=created,  # type: ignore[arg-type]
+                          backend=backend, events=event) for spec in specs]
+
     def find_job(self, name: str) -> JobRecord | None:
         with self._db.tx(write=False) as cur:
             cur.execute(self._db.sql(_SELECT_JOB + " WHERE name = ?"), (name,))
@@ -210,8 +244,24 @@ class SqlMetadataStore(RunTables, EndpointTables):
             raise JobNotFound(f"no job named {name!r}", job=name)
         return str(row[0])
 
+    def get_job_secrets(self, names: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        with self._db.tx(write=False) as cur:
+            for part in _chunks(names):
+                cur.execute(self._db.sql("SELECT name, secret FROM jobs WHERE name IN "
+                                         f"({_marks(part)})"), tuple(part))
+                out.update((str(n), str(s)) for n, s in cur.fetchall())
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise JobNotFound(f"no job named {missing[0]!r}", job=missing[0])
+        return out
+
     def list_jobs(self, query: JobQuery) -> list[JobRecord]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
+        if query.names:
+            where.append(f"name IN ({_marks(query.names)})")
+            params += list(query.names)
         if query.statuses:
             where.append(f"status IN ({', '.join('?' for _ in query.statuses)})")
             params += [s.value for s in query.statuses]
@@ -290,6 +340,58 @@ class SqlMetadataStore(RunTables, EndpointTables):
             events = cur.fetchall()
         return _record(tuple(merged), events)
 
+    def update_jobs(self, changes: Sequence[JobChange]) -> list[bool]:
+        """Apply *changes* in order in one transaction; report which were applied."""
+        if not changes:
+            return []
+        now = _ts(self._clock.now())
+        names = list(dict.fromkeys(c.name for c in changes))
+        lock = " FOR UPDATE" if self._db.postgres else ""
+        applied: list[bool] = []
+        with self._db.tx(write=True) as cur:
+            state: dict[str, dict[str, Any]] = {}
+            for part in _chunks(names):
+                cur.execute(self._db.sql(f"SELECT name, status, started_at, updated_at FROM jobs "
+                                         f"WHERE name IN ({_marks(part)}){lock}"), tuple(part))
+                for name, status, started, updated in cur.fetchall():
+                    state[name] = {"status": JobStatus(status), "started_at": started,
+                                   "last": updated}
+            missing = [n for n in names if n not in state]
+            if missing:
+                raise JobNotFound(f"no job named {missing[0]!r}", job=missing[0])
+            events = []
+            for change in changes:
+                row = state[change.name]
+                ok = _apply(row, change, now)
+                applied.append(ok)
+                if ok:
+                    events.append((change.name, change.status.value, row["updated_at"],
+                                   change.reason))
+            cur.executemany(self._db.sql(_UPDATE_MANY), [
+                (r["status"].value, r["updated_at"], r["started_at"], r.get("ended_at"),
+                 r.get("attempt"), r.get("failure_kind"), r.get("failure_reason"),
+                 r.get("exit_code"), r.get("env_setup_seconds"), name)
+                for name, r in state.items() if "updated_at" in r])
+            cur.executemany(self._db.sql(_INSERT_EVENT), events)
+        return applied
+
+    def set_handles(self, names: Sequence[str], handle: Mapping[str, Any]
+                    ) -> dict[str, JobStatus]:
+        ended = [s.value for s in JobStatus if s.is_terminal]
+        statuses: dict[str, JobStatus] = {}
+        with self._db.tx(write=True) as cur:
+            for part in _chunks(names):
+                cur.execute(self._db.sql(f"UPDATE jobs SET handle = ? WHERE name IN "
+                                         f"({_marks(part)}) AND status NOT IN ({_marks(ended)})"),
+                            (json.dumps(dict(handle)), *part, *ended))
+                cur.execute(self._db.sql(f"SELECT name, status FROM jobs WHERE name IN "
+                                         f"({_marks(part)})"), tuple(part))
+                statuses.update((str(n), JobStatus(st)) for n, st in cur.fetchall())
+        missing = [n for n in names if n not in statuses]
+        if missing:
+            raise JobNotFound(f"no job named {missing[0]!r}", job=missing[0])
+        return statuses
+
     def set_handle(self, name: str, handle: Mapping[str, Any]) -> None:
         with self._db.tx(write=True) as cur:
             cur.execute(self._db.sql("UPDATE jobs SET handle = ? WHERE name = ?"),
@@ -315,6 +417,51 @@ _SELECT_EVENTS = "SELECT status, at, reason FROM job_events WHERE job_name = ? O
 _INSERT_JOB = ("INSERT INTO jobs (name, status, spec, secret, backend, created_at, updated_at, "
                "attempt, handle) VALUES (?, ?, ?, ?, ?, ?, ?, 0, '{}')")
 _INSERT_EVENT = "INSERT INTO job_events (job_name, status, at, reason) VALUES (?, ?, ?, ?)"
+
+
+# Every column a batch update may change; COALESCE keeps what a change does not set.
+_UPDATE_MANY = ("UPDATE jobs SET status = ?, updated_at = ?, started_at = ?, "
+                "ended_at = COALESCE(?, ended_at), attempt = COALESCE(?, attempt), "
+                "failure_kind = COALESCE(?, failure_kind), "
+                "failure_reason = COALESCE(?, failure_reason), exit_code = COALESCE(?, exit_code), "
+                "env_setup_seconds = COALESCE(?, env_setup_seconds) WHERE name = ?")
+
+
+def _apply(row: dict[str, Any], change: JobChange, now: float) -> bool:
+    """Apply *change* to the in-memory *row* if the move is allowed; say whether it was."""
+    current: JobStatus = row["status"]
+    if change.expected is not None and current != change.expected:
+        return False
+    if change.status == current or change.status not in TRANSITIONS[current]:
+        return False  # a batch records moves only; an ended job never changes again
+    # Times never go back within one job's history (a change may be recorded late).
+    at = max(now if change.at is None else _ts(change.at), row["last"])
+    row["status"] = change.status
+    row["last"] = at
+    row["updated_at"] = at
+    if change.status == JobStatus.RUNNING and row["started_at"] is None:
+        row["started_at"] = at
+    if change.status.is_terminal:
+        row["ended_at"] = at
+    for key in ("attempt", "exit_code", "env_setup_seconds"):
+        value = getattr(change, key)
+        if value is not None:
+            row[key] = value
+    if change.failure_kind is not None:
+        row["failure_kind"] = change.failure_kind.value
+    if change.reason is not None and change.status == JobStatus.FAILED:
+        row["failure_reason"] = change.reason
+    return True
+
+
+def _chunks(names: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """Bounded IN lists (SQLite limits bound parameters)."""
+    for i in range(0, len(names), size):
+        yield names[i:i + size]
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" for _ in values)
 
 
 def _like_escape(text: str) -> str:

@@ -1,0 +1,98 @@
+"""The client's side of a batch: each job's outcome, as the worker reports the jobs ending."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shoal.core.jobs import FailureKind, JobChange, JobStatus
+from shoal.core.ports import JobQuery
+from shoal.serialization import Payload, deserialize
+
+if TYPE_CHECKING:
+    from shoal.core.ports import LaunchInfo
+    from shoal.jobs.service import JobService
+
+__all__ = ["JobBatch"]
+
+logger = logging.getLogger(__name__)
+
+#: One job's outcome: returns its result or raises its exception (as JobService.outcome does).
+Outcome = Callable[[], Any]
+
+
+class JobBatch:
+    """Jobs handed to one warm worker together (``JobService.submit_batch``)."""
+
+    def __init__(self, service: JobService, names: Sequence[str], keys: Sequence[str],
+                 info: LaunchInfo | None) -> None:
+        self._svc = service
+        self.names = tuple(names)
+        self._keys = dict(zip(names, keys, strict=True))
+        self._info = info
+
+    def outcomes(self) -> Iterator[tuple[str, Outcome]]:
+        """``(job name, outcome)`` for every job of the batch, in the order they end."""
+        left = dict.fromkeys(self.names)
+        waiter = None if self._info is None else self._info.waiter
+        if waiter is not None and hasattr(waiter, "read"):
+            for name, outcome in self._messages(waiter):
+                if name in left:
+                    del left[name]
+                    yield name, outcome
+            if left and not waiter.done:
+                waiter.close()
+            if left:
+                self._settle_lost(list(left))
+        for name in list(left):  # a new supervisor, or what the worker did not report
+            record = self._svc.wait(name)
+            yield name, functools.partial(self._svc.outcome, record)
+
+    def _messages(self, waiter: Any) -> Iterator[tuple[str, Outcome]]:
+        while True:
+            got = waiter.read(3600.0)
+            if got is None:
+                continue
+            message, data = got
+            if message.get("done") or message.get("lost"):
+                return
+            offset = 0
+            for name, status, sizes in message.get("jobs", ()):
+                blobs = []
+                for size in sizes:
+                    blobs.append(data[offset:offset + size])
+                    offset += size
+                yield name, self._outcome(name, status, blobs)
+
+    def _outcome(self, name: str, status: str | None, blobs: list[bytes]) -> Outcome:
+        if status == JobStatus.COMPLETED and len(blobs) == 2:
+            key = self._keys[name]
+            # The worker recorded the job completed before it said so; its result, signed
+            # under the job's key, travels with the news.
+            return lambda: deserialize(Payload(blobs[0], blobs[1]), key,
+                                       what=f"result of job {name}")
+        return functools.partial(self._recorded_outcome, name)
+
+    def _recorded_outcome(self, name: str) -> Any:
+        record = self._svc.get(name)
+        if not record.is_terminal:  # the worker could not record its end: watch the record
+            record = self._svc.wait(name)
+        return self._svc.outcome(record)
+
+    def _settle_lost(self, names: list[str]) -> None:
+        """The worker went away before reporting these jobs: fail those that did not end."""
+        info = self._info
+        if info is None or self._svc.backend.is_alive(info.to_json()) is not False:
+            return  # it may still record them: waiting on the records finds out
+        reason = (f"the warm worker (pid {info.pid}) that took this job in a batch exited "
+                  "before the job ended: it was killed, or the machine restarted")
+        records = self._svc.metadata.list_jobs(JobQuery(names=names, limit=len(names)))
+        # As the reaper does: a job being stopped ends stopped, any other fails.
+        self._svc.advance_many([
+            JobChange(r.name, JobStatus.STOPPED if r.status == JobStatus.STOPPING
+                      else JobStatus.FAILED, expected=r.status,
+                      failure_kind=FailureKind.SUPERVISOR_LOST, reason=reason)
+            for r in records if not r.is_terminal])
+        logger.warning("batch worker pid %s went away; %d job(s) failed", info.pid, len(names))
