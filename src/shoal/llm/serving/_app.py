@@ -3,8 +3,10 @@
 and ``/v1/models``; ``/ping`` (and TGI's ``/health``) and ``/metrics``.
 
 The model loads on a thread once the server listens (``/ping`` answers 503 until then).
-Generation runs on the engine's thread; each request waits on an asyncio queue its tokens are
-posted to, and a task watching the connection cancels the generation when the client leaves.
+Generation runs on the engine's thread. The events of one decode step go to the event loop
+together (one ``call_soon_threadsafe`` per step); each request takes all its events that
+arrived since it last looked and writes them as one chunk. A task watching the connection
+cancels the generation when the client leaves.
 """
 
 from __future__ import annotations
@@ -75,9 +77,8 @@ class LlmServerApp:
         self._on_load_error = on_load_error
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(server.max_payload_mb * 1024 * 1024)
-        self._posts: list[tuple[asyncio.Queue[TokenEvent], TokenEvent]] = []
-        self._posts_lock = threading.Lock()
-        self._flush_scheduled = False
+        # (channel, event) of the engine's current step; only the engine's thread touches it
+        self._step_events: list[tuple[_Channel, TokenEvent]] = []
         self.metrics = LlmMetrics(
             queue_depth=lambda: self.loaded.engine.queue_depth if self.loaded else 0,
             live=lambda: self.loaded.engine.live if self.loaded else 0,
@@ -140,6 +141,7 @@ class LlmServerApp:
             loaded.located.cleanup()
             return
         self.loaded = loaded
+        loaded.engine.on_step = self._step_done
         loaded.engine.start()
         self.state = ModelState.READY
         log.info("model ready in %.2f s: %s", seconds, loaded.description)
@@ -228,12 +230,15 @@ class LlmServerApp:
             (outcome,) = await self._run_all([prompt], params, receive, [ids])
             await _respond_json(send, self._lmi_result(outcome))
             return 200
-        async with self._stream(ids, params, receive) as (events, generation):
+        async with self._stream(ids, params, receive) as (channel, generation):
             outcome = wire.Outcome(prompt, len(ids), params)
             await _start(send, _JSONLINES)
-            async for event in _guarded(events, send, jsonlines=True):
-                outcome.add(event)
-                await _chunk(send, wire.lmi_line(event, outcome))
+            async for events in _guarded(channel, send, jsonlines=True):
+                lines = []
+                for event in events:
+                    outcome.add(event)
+                    lines.append(wire.lmi_line(event, outcome))
+                await _chunk(send, b"".join(lines))
             await _chunk(send, b"", more=False)
         return 200
 
@@ -274,15 +279,18 @@ class LlmServerApp:
         params = from_lmi(body.get("parameters"))
         prompt = _prompt(body.get("inputs"), "inputs")
         ids = self._encode(prompt, params)
-        async with self._stream(ids, params, receive) as (events, generation):
+        async with self._stream(ids, params, receive) as (channel, generation):
             outcome = wire.Outcome(prompt, len(ids), params)
             await _start(send, _SSE)
             index = 0
-            async for event in _guarded(events, send):
-                index += 1
-                outcome.add(event)
+            async for events in _guarded(channel, send):
                 outcome.seed = generation.seed
-                await _chunk(send, wire.tgi_stream_event(event, outcome, index))
+                chunks = []
+                for event in events:
+                    index += 1
+                    outcome.add(event)
+                    chunks.append(wire.tgi_stream_event(event, outcome, index))
+                await _chunk(send, b"".join(chunks))
             await _chunk(send, b"", more=False)
         return 200
 
@@ -334,17 +342,19 @@ class LlmServerApp:
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         ids = self._encode(prompts[0], params, chat=chat)
         ident = wire.openai_id(chat)
-        async with self._stream(ids, params, receive) as (events, _):
+        async with self._stream(ids, params, receive) as (channel, _):
             await _start(send, _SSE)
             count = 0
             if chat:
                 await _chunk(send, wire.openai_chunk(ident, chat=True, model=model, text="",
                                                      first=True))
-            async for event in _guarded(events, send):
-                count += 1
-                if event.text or event.finish is not None:
-                    await _chunk(send, wire.openai_chunk(ident, chat=chat, model=model,
-                                                         text=event.text, finish=event.finish))
+            async for events in _guarded(channel, send):
+                count += len(events)
+                chunks = [wire.openai_chunk(ident, chat=chat, model=model, text=event.text,
+                                            finish=event.finish)
+                          for event in events if event.text or event.finish is not None]
+                if chunks:
+                    await _chunk(send, b"".join(chunks))
             if include_usage:
                 await _chunk(send, wire.openai_chunk(ident, chat=chat, model=model, text=None,
                                                      usage_counts=wire.usage(len(ids), count)))
@@ -380,44 +390,40 @@ class LlmServerApp:
 
     @contextlib.asynccontextmanager
     async def _stream(self, ids: list[int], params: GenerationParams, receive: Receive | None
-                      ) -> AsyncIterator[tuple[AsyncIterator[TokenEvent], Generation]]:
-        """Submit one generation; yields its events and the generation. Leaving the block
-        (done, failed, or the client gone) frees its slot. With *receive*, a task watches the
-        connection (one per request: give None when the caller watches)."""
+                      ) -> AsyncIterator[tuple[_Channel, Generation]]:
+        """Submit one generation; yields the channel its events arrive on and the generation.
+        Leaving the block (done, failed, or the client gone) frees its slot. With *receive*, a
+        task watches the connection (one per request: give None when the caller watches)."""
         if self.loaded is None:
             raise self._not_ready()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        channel = _Channel()
+        step_event = self._step_event
         try:
-            generation = self.loaded.engine.submit(
-                ids, params, lambda e: self._post(queue, e))
+            generation = self.loaded.engine.submit(ids, params,
+                                                   lambda e: step_event(channel, e))
         except OverloadedError as e:
             raise RequestError(503, "overloaded", str(e),
                                headers=((b"retry-after", b"1"),)) from None
         watcher = None if receive is None else asyncio.create_task(
             _watch_disconnect(receive, [generation]))
         try:
-            yield _events(queue), generation
+            yield channel, generation
         finally:
             generation.cancel()
             if watcher is not None:
                 watcher.cancel()
 
-    def _post(self, queue: asyncio.Queue[TokenEvent], event: TokenEvent) -> None:
-        """From the engine's thread: queue *event* for the loop. The events of one decode
-        step share one wake-up of the loop instead of one each."""
-        with self._posts_lock:
-            self._posts.append((queue, event))
-            if self._flush_scheduled:
-                return
-            self._flush_scheduled = True
-        self._call_soon(self._flush)
+    def _step_event(self, channel: _Channel, event: TokenEvent) -> None:
+        """On the engine's thread: keep *event* for the end of the step."""
+        self._step_events.append((channel, event))
 
-    def _flush(self) -> None:
-        with self._posts_lock:
-            posts, self._posts = self._posts, []
-            self._flush_scheduled = False
-        for queue, event in posts:
-            queue.put_nowait(event)
+    def _step_done(self) -> None:
+        """On the engine's thread, after each step: one wake-up of the loop for all the
+        step's events."""
+        events = self._step_events
+        if events:
+            self._step_events = []
+            self._call_soon(_deliver, events)
 
     async def _run_all(self, prompts: list[str], params: GenerationParams, receive: Receive,
                        ids: list[list[int]] | None = None, *, chat: bool = False
@@ -431,10 +437,11 @@ class LlmServerApp:
             stack.callback(watcher.cancel)
 
             async def collect(k: int) -> wire.Outcome:
-                events, generation = streams[k]
+                channel, generation = streams[k]
                 outcome = wire.Outcome(prompts[k], len(all_ids[k]), params)
-                async for event in events:
-                    outcome.add(event)
+                async for events in _batches(channel):
+                    for event in events:
+                        outcome.add(event)
                 outcome.seed = generation.seed
                 return outcome
 
@@ -467,22 +474,62 @@ class LlmServerApp:
                 return b"".join(chunks)
 
 
-async def _events(queue: asyncio.Queue[TokenEvent]) -> AsyncIterator[TokenEvent]:
+class _Channel:
+    """One generation's events on the event loop: ``put`` by ``_deliver``, taken all at once
+    by the request's task."""
+
+    __slots__ = ("events", "waiter")
+
+    def __init__(self) -> None:
+        self.events: list[TokenEvent] = []
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, event: TokenEvent) -> None:
+        self.events.append(event)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def take(self) -> list[TokenEvent]:
+        """Every event that arrived since the last call (waits for one)."""
+        while not self.events:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        events, self.events = self.events, []
+        return events
+
+
+def _deliver(events: list[tuple[_Channel, TokenEvent]]) -> None:
+    """On the loop: one engine step's events to their channels."""
+    for channel, event in events:
+        channel.put(event)
+
+
+async def _batches(channel: _Channel) -> AsyncIterator[list[TokenEvent]]:
+    """The generation's events, in the batches they arrive in, up to its last; an error event
+    raises (after the events before it)."""
     while True:
-        event = await queue.get()
-        if event.error is not None:
-            raise RequestError(500, "generation failed", event.error)
-        yield event
-        if event.finish is not None:
-            return
+        events = await channel.take()
+        for i, event in enumerate(events):
+            if event.error is not None:
+                if i:
+                    yield events[:i]
+                raise RequestError(500, "generation failed", event.error)
+            if event.finish is not None:
+                yield events[:i + 1]
+                return
+        yield events
 
 
-async def _guarded(events: AsyncIterator[TokenEvent], send: Send, *, jsonlines: bool = False
-                   ) -> AsyncIterator[TokenEvent]:
-    """*events*, ending a stream already started with an error line instead of raising."""
+async def _guarded(channel: _Channel, send: Send, *, jsonlines: bool = False
+                   ) -> AsyncIterator[list[TokenEvent]]:
+    """The events of *channel* in batches, ending a stream already started with an error line
+    instead of raising."""
     try:
-        async for event in events:
-            yield event
+        async for events in _batches(channel):
+            yield events
     except RequestError as e:
         payload = {"error": e.detail, "error_type": e.error}
         line = json.dumps(payload).encode()

@@ -9,6 +9,14 @@ so memory follows the live batch. Position ids are each row's own count of real 
 padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
 ``generate()``.
 
+A decode step costs little besides the model's forward: the mask grows into a pre-allocated
+buffer (a column of ones per step, no copy) and, for SDPA models without sliding windows, goes
+to the model as the 4-D boolean mask transformers would build from it (``None`` when no row is
+padded); positions are a counter; the next tokens of every row come from one argmax and one
+``tolist()``; text is detokenized incrementally (only the last few tokens of each row are
+decoded, by the Rust tokenizer directly when that is what ``decode`` does); and the step's
+events are handed on in one batch (``on_step``), so a server wakes its event loop once per step.
+
 The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and text only.
 """
 
@@ -39,7 +47,7 @@ class FinishReason(StrEnum):
     STOP = "stop_sequence"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenEvent:
     """One generated token. ``text`` is the new text it adds (possibly empty: a partial UTF-8
     character or a possible start of a stop sequence is held back); all ``text`` of a
@@ -67,12 +75,16 @@ class EngineObserver:
 
 _ids = itertools.count(1)
 
+#: Mask columns allocated ahead of the live batch (a decode step fills one).
+_MASK_HEADROOM = 64
+
 
 class Generation:
     """One request inside the engine; ``cancel()`` frees its slot at the next step."""
 
     __slots__ = ("cancelled", "finish", "first_token_at", "generated", "generator", "id",
-                 "on_event", "params", "prompt_ids", "seed", "sent", "submitted_at")
+                 "on_event", "params", "prefix_offset", "prompt_ids", "read_offset", "seed",
+                 "sent", "submitted_at", "text")
 
     def __init__(self, prompt_ids: Sequence[int], params: GenerationParams,
                  on_event: Callable[[TokenEvent], None]) -> None:
@@ -82,6 +94,10 @@ class Generation:
         self.on_event = on_event
         self.cancelled = False
         self.generated: list[int] = []
+        self.text = ""  # the generated tokens' text, detokenized incrementally
+        # generated[prefix_offset:read_offset] is the context the next tokens are decoded with
+        self.prefix_offset = 0
+        self.read_offset = 0
         self.sent = 0  # characters of text already emitted
         self.finish: FinishReason | None = None
         self.seed: int | None = params.seed
@@ -97,28 +113,39 @@ class TransformersEngine:
     """Continuous batching over a loaded ``model`` and ``tokenizer``.
 
     ``submit`` is thread-safe and returns at once; events arrive through the generation's
-    ``on_event`` on the engine's thread (keep the callback short). Raises ``OverloadedError``
-    when ``max_queue`` requests already wait.
+    ``on_event`` on the engine's thread (keep the callback short), and ``on_step`` (when
+    given) is called on that thread after each iteration's events, so a consumer can hand a
+    step's events on at once. Raises ``OverloadedError`` when ``max_queue`` requests already
+    wait.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int, max_queue: int,
-                 max_model_len: int, observer: EngineObserver | None = None) -> None:
+                 max_model_len: int, observer: EngineObserver | None = None,
+                 on_step: Callable[[], None] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.max_model_len = max_model_len
         self.observer = observer or EngineObserver()
+        self.on_step = on_step
         self.eos_ids = _eos_ids(model, tokenizer)
         self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | self.eos_ids
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
         self.device = next(model.parameters()).device
+        self.decode_text = _text_decoder(tokenizer)
+        self.mask_4d = _takes_4d_mask(model)
         self._cond = threading.Condition()
         self._pending: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
         self._cache: Any = None
-        self._mask: Any = None
+        # the live batch's attention mask: the first ``_width`` columns of ``_buffer`` (bool;
+        # the columns after them are already ones); ``_lengths``: each row's real tokens
+        self._buffer: Any = None
+        self._width = 0
+        self._lengths: Any = None
+        self._padded = False
         self._paused = False
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -132,6 +159,11 @@ class TransformersEngine:
     @property
     def live(self) -> int:
         return len(self._active)
+
+    @property
+    def _mask(self) -> Any:
+        """The live batch's attention mask (rows x columns, bool)."""
+        return None if self._buffer is None else self._buffer[:, :self._width]
 
     def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
                on_event: Callable[[TokenEvent], None]) -> Generation:
@@ -171,33 +203,47 @@ class TransformersEngine:
     def _loop(self) -> None:
         import torch
 
-        while True:
-            with self._cond:
-                while not self._stopping and (self._paused
-                                              or not (self._pending or self._active)):
-                    self._cond.wait()
-                if self._stopping:
-                    self._fail_all("the server is shutting down")
-                    return
-                room = self.max_batch - len(self._active)
-                new: list[Generation] = []
-                while self._pending and len(new) < room:
-                    g = self._pending.popleft()
-                    if not g.cancelled:
-                        new.append(g)
+        with torch.inference_mode():
+            while self._iteration():
+                pass
+
+    def _iteration(self) -> bool:
+        """Admit, decode one step, hand the events on; False once stopped."""
+        with self._cond:
+            while not self._stopping and (self._paused or not (self._pending or self._active)):
+                self._cond.wait()
+            if self._stopping:
+                self._fail_all("the server is shutting down")
+                self._step_done()
+                return False
+            room = self.max_batch - len(self._active)
+            new: list[Generation] = []
+            while self._pending and len(new) < room:
+                g = self._pending.popleft()
+                if not g.cancelled:
+                    new.append(g)
+        try:
+            if any(g.cancelled for g in self._active):
+                self._retire([g.cancelled for g in self._active])
+            if new:
+                self._prefill(new)
+            if self._active:
+                self._decode()
+        except Exception as e:  # a bug or an OOM: fail the batch, keep serving
+            log.exception("generation step failed; failing the %d live requests",
+                          len(self._active) + len(new))
+            for g in {*self._active, *new}:
+                self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
+            self._active, self._cache, self._buffer, self._lengths = [], None, None, None
+        self._step_done()
+        return True
+
+    def _step_done(self) -> None:
+        if self.on_step is not None:
             try:
-                with torch.inference_mode():
-                    self._retire([g.cancelled for g in self._active])
-                    if new:
-                        self._prefill(new)
-                    if self._active:
-                        self._decode()
-            except Exception as e:  # a bug or an OOM: fail the batch, keep serving
-                log.exception("generation step failed; failing the %d live requests",
-                              len(self._active) + len(new))
-                for g in {*self._active, *new}:
-                    self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
-                self._active, self._cache, self._mask = [], None, None
+                self.on_step()
+            except Exception:  # the consumer's failure must not stop the engine
+                log.exception("handing a step's events on failed")
 
     def _prefill(self, new: list[Generation]) -> None:
         import torch
@@ -220,7 +266,7 @@ class TransformersEngine:
         out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                          position_ids=positions.to(self.device), past_key_values=cache,
                          use_cache=True, logits_to_keep=1)
-        self._merge(out.past_key_values, mask.to(self.device), new)
+        self._merge(out.past_key_values, mask.to(self.device, torch.bool), new)
         self._advance(new, out.logits[:, -1, :], offset=len(self._active) - len(new))
         self.observer.step(len(self._active), len(new), time.perf_counter() - started)
 
@@ -229,10 +275,16 @@ class TransformersEngine:
 
         started = time.perf_counter()
         active = self._active
-        ids = torch.tensor([[g.generated[-1]] for g in active], device=self.device)
-        positions = self._mask.sum(-1, keepdim=True)
-        self._mask = torch.cat([self._mask, self._mask.new_ones((len(active), 1))], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self._mask, position_ids=positions,
+        if self._width == self._buffer.shape[1]:
+            self._grow()
+        self._width += 1
+        mask = self._buffer[:, :self._width]
+        if self.mask_4d:  # what transformers would build from the 2-D mask, minus its work
+            mask = mask[:, None, None, :] if self._padded else None
+        ids = torch.tensor([g.generated[-1] for g in active], device=self.device)[:, None]
+        positions = self._lengths
+        self._lengths = positions + 1
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          past_key_values=self._cache, use_cache=True)
         self._cache = out.past_key_values
         live = len(active)
@@ -245,10 +297,14 @@ class TransformersEngine:
         """Choose each row's next token, emit it, and retire the rows that finished (*rows*
         are the batch's rows from *offset* on)."""
         tokens, logprobs = self._choose(logits, rows)
-        done = [False] * len(self._active)
+        done: list[bool] | None = None
         for i, (g, token, logprob) in enumerate(zip(rows, tokens, logprobs, strict=True)):
-            done[offset + i] = self._append(g, token, logprob)
-        self._retire(done)
+            if self._append(g, token, logprob):
+                if done is None:
+                    done = [False] * len(self._active)
+                done[offset + i] = True
+        if done is not None:
+            self._retire(done)
 
     def _choose(self, logits: Any, rows: list[Generation]) -> tuple[list[int], list[float]]:
         import torch
@@ -277,22 +333,29 @@ class TransformersEngine:
         if g.first_token_at is None:
             g.first_token_at = time.perf_counter()
             self.observer.first_token(g.first_token_at - g.submitted_at)
-        g.generated.append(token)
+        generated = g.generated
+        generated.append(token)
         params = g.params
-        text = self.tokenizer.decode(g.generated, skip_special_tokens=True)
         finish: FinishReason | None = None
         if token in self.eos_ids:
             finish = FinishReason.EOS
-        if params.stop:
-            cut = _find_stop(text, params.stop, g.sent)
+        elif (len(generated) >= params.max_new_tokens
+              or len(g.prompt_ids) + len(generated) >= self.max_model_len):
+            finish = FinishReason.LENGTH
+        new, g.prefix_offset, g.read_offset = detokenize(
+            self.decode_text, generated, g.prefix_offset, g.read_offset, flush=finish is not None)
+        text = g.text + new if new else g.text
+        stops = params.stop
+        if stops:
+            cut = _find_stop(text, stops, g.sent)
             if cut is not None:
                 text, finish = text[:cut], FinishReason.STOP
-        if finish is None and (len(g.generated) >= params.max_new_tokens
-                               or len(g.prompt_ids) + len(g.generated) >= self.max_model_len):
-            finish = FinishReason.LENGTH
-        end = len(text) if finish is not None else _safe_end(text, params.stop)
-        delta = text[g.sent:end] if end > g.sent else ""
-        g.sent = max(g.sent, end)
+        g.text = text
+        end = len(text) if finish is not None or not stops else _safe_end(text, stops)
+        sent = g.sent
+        delta = text[sent:end] if end > sent else ""
+        if end > sent:
+            g.sent = end
         g.finish = finish
         self._emit(g, TokenEvent(token, delta, logprob, token in self.special_ids, finish,
                                  text if finish is not None else None))
@@ -308,22 +371,23 @@ class TransformersEngine:
     def _fail_all(self, why: str) -> None:
         for g in [*self._active, *self._pending]:
             self._emit(g, TokenEvent(-1, "", 0.0, False, error=why))
-        self._active, self._cache, self._mask = [], None, None
+        self._active, self._cache, self._buffer, self._lengths = [], None, None, None
         self._pending.clear()
 
-    # --- the KV cache --------------------------------------------------------------------------
+    # --- the KV cache and the mask -------------------------------------------------------------
 
     def _merge(self, cache: Any, mask: Any, new: list[Generation]) -> None:
-        """Append *new* rows (their prefilled *cache*) to the live batch, left-padding the
-        shorter of the two to the other's length."""
+        """Append *new* rows (their prefilled *cache*, their bool *mask*) to the live batch,
+        left-padding the shorter of the two to the other's length."""
         if self._cache is None or not self._active:
-            self._cache, self._mask, self._active = cache, mask, list(new)
+            self._cache, self._active = cache, list(new)
+            self._set_mask(mask)
             return
-        length = max(self._mask.shape[1], mask.shape[1])
+        length = max(self._width, mask.shape[1])
         for old, add in zip(self._cache.layers, cache.layers, strict=True):
             old.keys = _cat_rows(old.keys, add.keys, length)
             old.values = _cat_rows(old.values, add.values, length)
-        self._mask = _cat_rows(self._mask, mask, length)
+        self._set_mask(_cat_rows(self._mask, mask, length))
         self._active.extend(new)
 
     def _retire(self, done: list[bool]) -> None:
@@ -335,15 +399,48 @@ class TransformersEngine:
         keep = [i for i, d in enumerate(done) if not d]
         self._active = [self._active[i] for i in keep]
         if not keep:
-            self._cache = self._mask = None
+            self._cache = self._buffer = self._lengths = None
             return
         index = torch.tensor(keep, device=self.device)
-        self._mask = self._mask[index]
-        first = int(self._mask.any(0).int().argmax())
+        mask = self._mask[index]
+        first = int(mask.any(0).int().argmax())
         for layer in self._cache.layers:
             layer.keys = layer.keys[index, :, first:, :]
             layer.values = layer.values[index, :, first:, :]
-        self._mask = self._mask[:, first:]
+        self._set_mask(mask[:, first:])
+
+    def _set_mask(self, mask: Any) -> None:
+        """Make *mask* (rows x columns, bool) the live batch's, with room to grow."""
+        import torch
+
+        rows, width = mask.shape
+        self._buffer = torch.ones((rows, width + _MASK_HEADROOM), dtype=torch.bool,
+                                  device=mask.device)
+        self._buffer[:, :width] = mask
+        self._width = width
+        self._lengths = mask.sum(-1, keepdim=True)
+        # left padding only: some row is padded exactly when the first column is not all real
+        self._padded = not bool(mask[:, 0].all())
+
+    def _grow(self) -> None:
+        self._set_mask(self._mask)
+
+
+def detokenize(decode: Callable[[list[int]], str], ids: list[int], prefix_offset: int,
+               read_offset: int, *, flush: bool = False) -> tuple[str, int, int]:
+    """Incremental detokenization: the text the tokens after *read_offset* add, and the new
+    offsets. The tokens from *prefix_offset* to *read_offset* are decoded with them as
+    context (a word-start marker or byte sequence reads differently alone), so each step
+    decodes a few tokens instead of all. Text ending in U+FFFD (half a UTF-8 character) is held
+    until the character completes, or *flush*. The pieces join to ``decode(ids)`` for
+    byte-level BPE and SentencePiece-style (metaspace, byte fallback) tokenizers."""
+    before = decode(ids[prefix_offset:read_offset]) if read_offset > prefix_offset else ""
+    after = decode(ids[prefix_offset:])
+    if len(after) > len(before) and (flush or after[-1] != "\ufffd"):
+        return after[len(before):], read_offset, len(ids)
+    if flush and after != before:
+        return after[len(before):], prefix_offset, read_offset
+    return "", prefix_offset, read_offset
 
 
 def _cat_rows(a: Any, b: Any, length: int) -> Any:
@@ -430,3 +527,49 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     return ids
+
+
+def _text_decoder(tokenizer: Any) -> Callable[[list[int]], str]:
+    """``tokenizer.decode(ids, skip_special_tokens=True)``, calling the Rust tokenizer
+    directly when that is all transformers' ``decode`` would do (its wrapper costs more than
+    decoding a few tokens)."""
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend as Fast
+    except ImportError:  # older transformers
+        from transformers import PreTrainedTokenizerFast as Fast
+
+    cls = type(tokenizer)
+    backend: Any = getattr(tokenizer, "_tokenizer", None)
+    cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+    if cleanup and type(getattr(backend, "model", None)).__name__ == "BPE":
+        # transformers skips the clean-up for BPE models unless forced
+        cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces_for_bpe_even_though_"
+                                          "it_will_corrupt_output", False))
+    if (isinstance(tokenizer, Fast) and not cleanup and hasattr(backend, "decode")
+            and getattr(cls, "_decode", None) is getattr(Fast, "_decode", None)
+            and getattr(cls, "decode", None) is getattr(Fast, "decode", None)):
+        rust_decode = backend.decode
+
+        def fast(ids: list[int]) -> str:
+            return str(rust_decode(ids, skip_special_tokens=True))
+        return fast
+
+    def slow(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
+    return slow
+
+
+def _takes_4d_mask(model: Any) -> bool:
+    """Whether a decode step may pass the 4-D boolean mask itself: SDPA attention (a boolean
+    mask means "attend") and one full-attention pattern for every layer (no sliding window or
+    chunked attention, which transformers would build into the mask)."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(config, "sliding_window", None) is not None \
+            or getattr(config, "attention_chunk_size", None) is not None:
+        return False
+    layer_types = getattr(config, "layer_types", None)
+    return not layer_types or all(t == "full_attention" for t in layer_types)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._engine import EngineObserver, TransformersEngine
 from shoal.llm.serving._properties import LlmServingOptions, LocatedModel, Quantize, locate_model
+
+if TYPE_CHECKING:
+    from shoal.llm.serving._vllm import VllmEngine
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -19,7 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class LoadedModel:
-    engine: TransformersEngine
+    engine: TransformersEngine | VllmEngine
     tokenizer: Any
     located: LocatedModel
     max_model_len: int
@@ -32,6 +35,8 @@ def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedMo
         _require_vllm(options)
     located = locate_model(options)
     try:
+        if options.uses_vllm:
+            return _load_vllm(options, located, observer)
         return _load_transformers(options, located, observer)
     except BaseException:
         located.cleanup()
@@ -47,11 +52,21 @@ def _require_vllm(options: LlmServingOptions) -> None:
         raise ModelLoadError(f"{key} needs the vllm package on a GPU machine, and it is not "
                              f"installed; install vllm there, or set option.rolling_batch=auto "
                              f"for the built-in transformers engine", key=key)
-    # TODO(#8): drive vllm's engine behind the same submit/on_event interface; it cannot be
-    # exercised on these machines (no GPU), so it is refused rather than shipped untested.
-    raise ModelLoadError(f"{key}: the vLLM engine adapter is not implemented yet; set "
-                         f"option.rolling_batch=auto for the built-in transformers engine",
-                         key=key)
+
+
+def _load_vllm(options: LlmServingOptions, located: LocatedModel,
+               observer: EngineObserver) -> LoadedModel:
+    from shoal.llm.serving._vllm import load_vllm
+
+    try:
+        engine, tokenizer, max_len, description = load_vllm(options, str(located.path),
+                                                            observer)
+    except (OSError, ValueError, RuntimeError, ImportError) as e:
+        raise ModelLoadError(f"vLLM cannot load the model from {located.path}: "
+                             f"{type(e).__name__}: {e}; option.rolling_batch=auto serves it "
+                             f"with the built-in transformers engine",
+                             path=str(located.path)) from e
+    return LoadedModel(engine, tokenizer, located, max_len, description)
 
 
 def _load_transformers(options: LlmServingOptions, located: LocatedModel,

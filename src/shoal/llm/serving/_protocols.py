@@ -13,7 +13,7 @@ from typing import Any
 from shoal.llm.serving._engine import FinishReason, TokenEvent
 from shoal.llm.serving._params import GenerationParams, invalid
 
-__all__ = ["Outcome", "chat_prompt_messages", "lmi_details", "lmi_line", "openai_chunk",
+__all__ = ["Outcome", "chat_prompt_messages", "dumps", "lmi_details", "lmi_line", "openai_chunk",
            "openai_response", "sse", "tgi_details", "tgi_stream_event"]
 
 
@@ -44,8 +44,26 @@ class Outcome:
         return self.prompt + self.text if self.params.return_full_text else self.text
 
 
+def _json_dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _dumps_function() -> Any:
+    """orjson's ``dumps`` when installed (the server's fast JSON path; several times faster
+    on the small objects of a token stream), else compact ``json.dumps``."""
+    try:
+        import orjson
+    except ImportError:
+        return _json_dumps
+    return orjson.dumps
+
+
+#: compact JSON of *payload* as UTF-8 bytes
+dumps = _dumps_function()
+
+
 def sse(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + dumps(payload) + b"\n\n"
 
 
 # --- LMI ------------------------------------------------------------------------------------
@@ -67,7 +85,7 @@ def lmi_line(e: TokenEvent, o: Outcome) -> bytes:
             "details": ({"finish_reason": e.finish.value if e.finish else None,
                          "generated_tokens": o.completion_tokens, "inputs": o.prompt}
                         if last and o.params.details else None)}
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+    return dumps(body) + b"\n"
 
 
 # --- TGI ------------------------------------------------------------------------------------
