@@ -145,6 +145,11 @@ def shoal_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("SHOAL_")}
 
 
+def child_environ(**overrides: str) -> dict[str, str]:
+    """The environment for a child process this one starts, with *overrides* applied."""
+    return {**os.environ, **overrides}
+
+
 def djl_environ() -> dict[str, str]:
     """A snapshot of the variables DJL's LLM containers read beside ``serving.properties``
     (``OPTION_*``, ``SERVING_*``, ``HF_MODEL_ID``), for the LLM server's options."""

@@ -55,9 +55,9 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         assert "preparing the job" in out
         assert "next 20 calls p50" in out
         _check_training_section(out, tmp_path)
-        assert "FineTuner(method='lora')" in out and "loss by step" in out  # LLM section
         _check_endpoint_section(out)
         _check_bundle_section(out)
+        assert "FineTuner(method='lora')" in out and "loss by step" in out  # LLM section
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()

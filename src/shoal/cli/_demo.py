@@ -95,15 +95,15 @@ def run_demo() -> None:
         from shoal.cli._demo_training import run_training_demo
 
         run_training_demo(session, 11)
-        from shoal.cli._demo_llm import run_llm_demo
-
-        run_llm_demo(session, 14)
         from shoal.cli._demo_endpoints import run_endpoint_demo
 
         run_endpoint_demo(session, 12, since)
         from shoal.cli._demo_bundles import run_bundle_demo
 
         run_bundle_demo(session, 13, since)
+        from shoal.cli._demo_llm import run_llm_demo
+
+        run_llm_demo(session, 14)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))

@@ -5,7 +5,6 @@ client (``/v1/chat/completions``) and DJL's LMI schema (``/invocations``, stream
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,9 @@ def run_llm_serving_demo(model_dir: Path, question: str, number: int) -> None:
                      "endpoints with continuous batching", style="bold cyan"))
     started = time.monotonic()
     port_file = model_dir.parent / "llm.port"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    from shoal.config import child_environ
+
+    env = child_environ(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "shoal.serving", "--model", str(model_dir),
                              "--port", "0", "--port-file", str(port_file), "--log-level",
                              "WARNING"], env=env, stdout=subprocess.DEVNULL,
