@@ -58,8 +58,21 @@ def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, toke
     if device == "cuda":
         torch.cuda.empty_cache()
     name = str(dtype).removeprefix("torch.")
-    write_serving_properties(output_dir, serving_properties(opts, name, _SM_MODEL_PATH))
+    props = serving_properties(opts, name, _SM_MODEL_PATH)
+    limit = _max_positions(output_dir)
+    if limit is not None and int(props["option.max_model_len"]) > limit:  # type: ignore[call-overload]
+        props["option.max_model_len"] = limit  # what the model can attend to, at most
+    write_serving_properties(output_dir, props)
     return name
+
+
+def _max_positions(model_dir: Path) -> int | None:
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def serving_properties(opts: FineTuneOptions, dtype: str, model_id: str) -> dict[str, object]:
