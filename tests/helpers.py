@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["fresh_postgres_database", "wait_until"]
+__all__ = ["FakeClock", "fresh_postgres_database", "wait_until"]
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 0.01,
@@ -70,3 +72,20 @@ def fresh_postgres_database(server_url: str) -> Iterator[str]:
                 conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         admin.dispose()
+
+
+class FakeClock:
+    """A clock that moves only when told to (thread-safe); stores take it as ``clock=``."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float = 1.0) -> datetime:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now

@@ -6,9 +6,9 @@ SQLAlchemy, fsspec, torch, ray, fastapi or uvicorn.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from shoal._internal.lazy import lazy_exports
 from shoal.errors import (
     InvalidArgumentError,
     JobCancelledError,
@@ -96,14 +96,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports("shoal", _LAZY, globals(), __all__)

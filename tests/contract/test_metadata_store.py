@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from helpers import fresh_postgres_database
+from helpers import FakeClock, fresh_postgres_database
 from shoal.core import (
     FailureKind,
     JobEvent,
@@ -39,21 +39,6 @@ S = JobStatus
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-class FakeClock:
-    """A clock that moves only when told to (thread-safe)."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float = 1.0) -> datetime:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-            return self._now
 
 
 @dataclass
@@ -82,16 +67,10 @@ def _sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return _sqlite_url(tmp_path)
-    return str(request.getfixturevalue("postgres_url"))
-
 
 @pytest.fixture
 def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     store = SqlMetadataStore.open(db_url, clock=clock, create=True)
     try:
         yield Ctx(store, clock, db_url, f"t{uuid.uuid4().hex[:10]}")

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
+from helpers import FakeClock
 from shoal.core import (
     FailureKind,
     JobChange,
@@ -30,19 +30,6 @@ S = JobStatus
 T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self._now = T0
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float = 1.0) -> datetime:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-            return self._now
 
 
 @dataclass
@@ -61,16 +48,10 @@ class Ctx:
         return names
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
 
 @pytest.fixture
 def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     store = SqlMetadataStore.open(db_url, clock=clock, create=True)
     try:
         yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")

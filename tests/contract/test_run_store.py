@@ -3,7 +3,6 @@ and on PostgreSQL."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from helpers import FakeClock
 from shoal.core import (
     MetadataStore,
     MetricPoint,
@@ -34,18 +34,6 @@ from shoal.storage.sql import SCHEMA_REVISION, SqlMetadataStore, schema, upgrade
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self._now = T0
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float = 1.0) -> None:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
 
 
 @dataclass
@@ -60,16 +48,10 @@ class Ctx:
         return name
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
 
 @pytest.fixture
 def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     store = SqlMetadataStore.open(db_url, clock=clock, create=True)
     try:
         yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")

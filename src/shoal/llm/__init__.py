@@ -12,8 +12,9 @@ recipe runs, so importing this package stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shoal._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from shoal.llm._estimator import FineTuner
@@ -39,14 +40,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal.llm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports("shoal.llm", _LAZY, globals(), __all__)

@@ -14,9 +14,9 @@ onnxruntime; those load when a server starts.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from shoal._internal.lazy import lazy_exports
 from shoal.serving._options import ServerOptions
 
 if TYPE_CHECKING:
@@ -34,14 +34,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal.serving' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports("shoal.serving", _LAZY, globals(), __all__)

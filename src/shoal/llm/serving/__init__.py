@@ -15,8 +15,9 @@ starts.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shoal._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from shoal.llm.serving._app import LlmServerApp
@@ -36,14 +37,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal.llm.serving' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports("shoal.llm.serving", _LAZY, globals(), __all__)
