@@ -73,7 +73,7 @@ class Model:
         self.image_uri = image_uri
         self.role = role
         self.inert = {k: v for k, v in kwargs.items() if v is not None}
-        self.entry_point, self.source_dir = _check_code(entry_point, source_dir)
+        self.entry_point, self.source_dir = check_code(entry_point, source_dir)
         self.dependencies = dependencies
         self._requirements, self._dependency_dirs = _check_dependencies(dependencies)
         self.env = dict(env or {})
@@ -164,8 +164,9 @@ class Model:
         return f"Model(model_data={self.model_data!r}, entry_point={self.entry_point!r})"
 
 
-def _check_code(entry_point: str | None,
-                source_dir: str | None) -> tuple[str | None, Path | None]:
+def check_code(entry_point: str | None,
+               source_dir: str | None) -> tuple[str | None, Path | None]:
+    """The entry point (resolved when it stands alone) and the source directory, checked."""
     src: Path | None = None
     if source_dir is not None:
         if "://" in str(source_dir) or str(source_dir).endswith((".tar.gz", ".tgz")):

@@ -273,17 +273,7 @@ class RemoteOptions:
         )
 
     def _check_gpus(self, name: str, gpus: int) -> str | None:
-        if gpus <= 0:
-            return None
-        have = _visible_gpus()
-        if have >= gpus:
-            return None
-        note = f"{name} asks for {gpus} GPU(s); this machine has {have}"
-        if not self.allow_cpu_fallback:
-            raise ResourceUnavailableError(
-                f"{note}. Pass allow_cpu_fallback=True to run on the CPU instead, or choose a CPU "
-                "instance type such as ml.m5.xlarge", instance_type=name)
-        return f"ran on CPU: {note}"
+        return check_gpus(name, gpus, self.allow_cpu_fallback)
 
     def _dependencies(self, defaults: Any) -> str | None:
         deps = self.resolve("dependencies", defaults)
@@ -357,6 +347,22 @@ def _import_path() -> list[str]:
     if _IMPORT_PATH[0] != key:
         _IMPORT_PATH = (key, [p for p in key if p and os.path.isdir(p)])
     return list(_IMPORT_PATH[1])
+
+
+def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
+    """None when this machine has the GPUs *name* asks for; the CPU-fallback note when it
+    lacks them and the caller allowed that; else ResourceUnavailableError."""
+    if gpus <= 0:
+        return None
+    have = _visible_gpus()
+    if have >= gpus:
+        return None
+    note = f"{name} asks for {gpus} GPU(s); this machine has {have}"
+    if not allow_cpu_fallback:
+        raise ResourceUnavailableError(
+            f"{note}. Pass allow_cpu_fallback=True to run on the CPU instead, or choose a CPU "
+            "instance type such as ml.m5.xlarge", instance_type=name)
+    return f"ran on CPU: {note}"
 
 
 def _visible_gpus() -> int:

@@ -23,8 +23,8 @@ from shoal.core.clock import RandomIdFactory
 from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobKind, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.resources import resolve_instance_type
-from shoal.errors import InvalidArgumentError, JobFailedError, ResourceUnavailableError
-from shoal.remote_function._options import _normalise_tags, _visible_gpus
+from shoal.errors import InvalidArgumentError, JobFailedError
+from shoal.remote_function._options import _normalise_tags, check_gpus
 from shoal.training._inputs import resolve_channels
 
 __all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingJob"]
@@ -133,18 +133,7 @@ class Estimator:
     # --- validation -------------------------------------------------------------------
 
     def _check_gpus(self) -> str | None:
-        gpus = self._itype.gpus
-        if gpus <= 0:
-            return None
-        have = _visible_gpus()
-        if have >= gpus:
-            return None
-        note = f"{self._itype.name} asks for {gpus} GPU(s); this machine has {have}"
-        if not self.allow_cpu_fallback:
-            raise ResourceUnavailableError(
-                f"{note}. Pass allow_cpu_fallback=True to train on the CPU instead, or choose a "
-                "CPU instance type such as ml.m5.xlarge", instance_type=self._itype.name)
-        return f"ran on CPU: {note}"
+        return check_gpus(self._itype.name, self._itype.gpus, self.allow_cpu_fallback)
 
     def _check_distribution(self) -> dict[str, Any]:
         dist = self.distribution
@@ -580,23 +569,10 @@ def _check_code(entry_point: str | None, source_dir: str | None) -> tuple[str, P
         raise InvalidArgumentError("entry_point is required: the training script to run, e.g. "
                                    "entry_point='train.py' (relative to source_dir when given)",
                                    argument="entry_point")
-    if source_dir is not None:
-        src = Path(source_dir).expanduser().resolve()
-        if str(source_dir).startswith(("s3://", "file://")) or "://" in str(source_dir):
-            raise InvalidArgumentError(f"source_dir {source_dir} must be a local directory",
-                                       argument="source_dir")
-        if not src.is_dir():
-            raise InvalidArgumentError(f"source_dir {source_dir} is not a directory (looked for "
-                                       f"{src})", argument="source_dir", path=str(src))
-        if not (src / entry_point).is_file():
-            raise InvalidArgumentError(f"entry_point {entry_point} is not in source_dir {src}",
-                                       argument="entry_point", path=str(src / entry_point))
-        return str(entry_point), src
-    path = Path(entry_point).expanduser().resolve()
-    if not path.is_file():
-        raise InvalidArgumentError(f"entry_point {entry_point} does not exist (looked for "
-                                   f"{path})", argument="entry_point", path=str(path))
-    return str(path), None
+    from shoal.endpoints._model import check_code
+
+    checked, src = check_code(entry_point, source_dir)
+    return str(checked), src
 
 
 def _check_hyperparameters(hps: Mapping[str, Any] | None) -> dict[str, Any]:

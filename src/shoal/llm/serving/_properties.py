@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shoal.errors import ModelLoadError
+from shoal.llm._serving import read_serving_properties
 
 __all__ = ["Engine", "LlmServingOptions", "LocatedModel", "Quantize", "RollingBatch", "find_properties",
            "load_serving_options", "locate_model"]
@@ -140,7 +141,7 @@ def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOp
     source = path if path.is_file() else path / PROPERTIES
     raw: dict[str, tuple[str, str, str]] = {}  # lower key → (key as written, value, source)
     if source.is_file():
-        for key, value in _read(source).items():
+        for key, value in read_serving_properties(source).items():
             raw[key.lower()] = (key, value, str(source))
     for var, value in sorted(environ.items()):
         if var.startswith("OPTION_"):
@@ -167,17 +168,6 @@ def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOp
                     ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS)))
     return LlmServingOptions(base_dir=source.parent.resolve(), unknown=tuple(sorted(unknown)),
                              sources=sources, **values)  # type: ignore[arg-type]
-
-
-def _read(source: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in source.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "!")) or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _bad(key: str, value: str, origin: str, expected: str) -> ModelLoadError:
