@@ -18,6 +18,8 @@ __all__ = ["RUNTIME_MODULES", "ensure_runtime"]
 RUNTIME_MODULES = (
     "__init__.py",
     "errors.py",
+    "_internal/__init__.py",
+    "_internal/lazy.py",
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",
