@@ -146,6 +146,56 @@ def test_a_second_call_with_the_same_checkpoint_dir_resumes_the_step_count(
     assert "resuming from checkpoint-4" in capsys.readouterr().out
 
 
+def test_a_base_model_on_s3_is_fetched_through_the_store_once_and_cached(
+        tiny_base, memorise, tmp_path, s3_bucket_url, moto_server, monkeypatch, caplog):
+    import logging
+
+    import fsspec
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
+    url, options = s3_bucket_url
+    fs = fsspec.filesystem("s3", **options)
+    uri = f"{url}/models/tiny"
+    for path in tiny_base.iterdir():
+        fs.put_file(str(path), f"{uri.removeprefix('s3://')}/{path.name}")
+    caplog.set_level(logging.INFO, logger="shoal.llm")
+    first = finetune(uri, memorise, output_dir=tmp_path / "a", method="lora", run=None, **FAST)
+    assert first.global_step == 2
+    assert f"base model {uri}: fetched" in caplog.text
+    caplog.clear()
+    finetune(uri, memorise, output_dir=tmp_path / "b", method="lora", run=None, **FAST)
+    assert f"base model {uri}: cached in" in caplog.text and "fetched" not in caplog.text
+    summary = json.loads((tmp_path / "b" / "shoal-finetune.json").read_text())
+    assert summary["base_model"] == uri
+
+
+def test_a_merged_model_over_the_threshold_goes_to_the_prefix_with_a_manifest(
+        tiny_base, memorise, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from shoal.llm.serving._properties import load_serving_options, locate_model
+
+    prefix = f"file://{tmp_path / 'store' / 'model'}"
+    result = finetune(tiny_base, memorise, output_dir=tmp_path / "out", method="lora",
+                      run=None, model_prefix_uri=prefix, large_model_threshold_mb=0.001,
+                      **FAST)
+    assert result.model_uri == prefix and result.model_dir is None
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    stored = {f["path"] for f in manifest["files"]}
+    assert "config.json" in stored and any(p.endswith(".safetensors") for p in stored)
+    assert (tmp_path / "store" / "model" / "manifest.json").is_file()
+    # the weights left the output directory; the adapter and the summary stay
+    assert not list((tmp_path / "out").glob("*.safetensors"))
+    assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
+    # serving.properties beside the manifest points the LLM server at the prefix
+    options = load_serving_options(tmp_path / "out" / "serving.properties", {})
+    assert options.model_id == prefix
+    located = locate_model(options)
+    model = AutoModelForCausalLM.from_pretrained(located.path)
+    assert model.config.hidden_size == AutoModelForCausalLM.from_pretrained(
+        tiny_base).config.hidden_size
+
+
 def test_chat_records_in_a_datasets_directory_with_a_validation_split(tiny_base, tmp_path):
     from datasets import Dataset, DatasetDict
 

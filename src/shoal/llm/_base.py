@@ -74,7 +74,7 @@ def _fetch_uri(uri: str, cache_root: Path) -> Path:
     from shoal.storage.artifacts import FsspecArtifactStore
 
     store = FsspecArtifactStore.open(uri.rstrip("/"))
-    keys = [k for k in store.list_keys("") if k]
+    keys = [k for k in store.list_all() if k]
     if not keys:
         raise InvalidArgumentError(f"base model {uri} holds no files", argument="base_model")
     fingerprint = hashlib.sha256(json.dumps(keys).encode()).hexdigest()
