@@ -1,18 +1,23 @@
 """Requests wait here for the model: ``InferenceQueue`` groups them into batches as they
-arrive (LitServe's loop) and runs each batch on one inference thread, off the event loop.
+arrive (LitServe's loop) and runs each batch on its own inference thread, off the event loop.
 
 A batch is whatever has queued up while the model was busy, up to ``max_batch_size``; when the
 model is idle the first request waits at most ``max_batch_delay`` for company. So under load
 batches grow by themselves, and a lone request pays no delay unless one is configured.
+
+The inference thread takes its next batch itself as soon as one is finished, and hands the
+results back to the event loop with one ``call_soon_threadsafe`` per batch: the model never
+waits for the event loop to dispatch work, and each batch costs one thread hand-off each way
+(an executor per batch cost two more, and left the model idle while the loop was busy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shoal.serving._http import RequestError
@@ -21,7 +26,7 @@ __all__ = ["InferenceQueue"]
 
 log = logging.getLogger(__name__)
 
-_QUEUED, _TAKEN = 0, 1
+_QUEUED, _TAKEN, _GONE = 0, 1, 2
 
 
 class _Item:
@@ -50,11 +55,14 @@ class InferenceQueue:
         self._delay = max_batch_delay_s
         self._max_queue = max_queue
         self._on_batch = on_batch
+        # _pending, _waiting, _idle, _stopped and every item's state change under _lock.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._pending: deque[_Item] = deque()
         self._waiting = 0  # queued items whose caller still waits
-        self._waiter: asyncio.Future[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._idle = False  # the inference thread sleeps until _wake is notified
+        self._stopped = False
+        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -64,20 +72,18 @@ class InferenceQueue:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="shoal-inference")
-        self._task = self._loop.create_task(self._collect(), name="shoal-batch-collector")
+        self._thread = threading.Thread(target=self._work, name="shoal-inference", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        if self._executor is not None:
-            # A hung model's thread cannot be joined; do not wait for it.
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        for item in self._pending:
+        with self._lock:
+            self._stopped = True
+            left = list(self._pending)
+            self._pending.clear()
+            self._waiting = 0
+            self._wake.notify()
+        # A hung model's thread cannot be joined; it is a daemon and does not hold the exit.
+        for item in left:
             if not item.future.done():
                 item.future.set_exception(RequestError(503, "shutting down",
                                                        "the server is stopping"))
@@ -86,83 +92,106 @@ class InferenceQueue:
         loop = self._loop
         if loop is None:
             raise RuntimeError("InferenceQueue.start() was not called")
-        if self._waiting >= self._max_queue:
+        item = _Item(data, loop.create_future(), loop.time())
+        with self._lock:
+            if self._waiting >= self._max_queue:
+                waiting = self._waiting
+                item = None
+            else:
+                self._pending.append(item)
+                self._waiting += 1
+                if self._idle:
+                    self._wake.notify()
+        if item is None:
             raise RequestError(503, "overloaded",
-                               f"{self._waiting} requests are already waiting for the model (the "
+                               f"{waiting} requests are already waiting for the model (the "
                                f"limit is {self._max_queue}); retry shortly",
                                headers=((b"retry-after", b"1"),))
-        item = _Item(data, loop.create_future(), loop.time())
-        self._pending.append(item)
-        self._waiting += 1
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
         expiry = loop.call_later(timeout_s, self._expire, item, timeout_s)
         try:
             return await item.future
         finally:
             expiry.cancel()
+            if item.state == _QUEUED:  # cancelled while queued: the model must not run it
+                with self._lock:
+                    if item.state == _QUEUED:
+                        item.state = _GONE
+                        self._waiting -= 1
 
     def _expire(self, item: _Item, timeout_s: float) -> None:
         if item.future.done():
             return
-        where = "waiting for the model" if item.state == _QUEUED else "in the model"
-        if item.state == _QUEUED:
-            self._waiting -= 1
+        with self._lock:
+            queued = item.state == _QUEUED
+            if queued:
+                item.state = _GONE
+                self._waiting -= 1
+        where = "waiting for the model" if queued else "in the model"
         item.future.set_exception(RequestError(
             504, "timeout", f"the invocation took longer than {timeout_s:g} s ({where}); the "
             f"server is still up. Raise --timeout-s (SHOAL_MODEL_SERVER_TIMEOUT) if the model "
             f"needs longer"))
 
-    def _take(self, limit: int, into: list[_Item]) -> None:
-        pending = self._pending
+    # --- the inference thread ---------------------------------------------------------------
+
+    def _take(self, into: list[_Item]) -> None:
+        """Move queued items into *into*, up to the batch size (holding ``_lock``)."""
+        pending, limit = self._pending, self._max
         while pending and len(into) < limit:
             item = pending.popleft()
-            if item.future.done():  # timed out (or the client went away) while queued
+            if item.state != _QUEUED:  # timed out or cancelled while queued
                 continue
             item.state = _TAKEN
             self._waiting -= 1
             into.append(item)
 
-    async def _wait_for_more(self, timeout: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        handle = None
-        if timeout is not None:
-            handle = loop.call_later(timeout, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if handle is not None:
-                handle.cancel()
-
-    async def _collect(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch: list[_Item] = []
-            self._take(self._max, batch)
-            if not batch:
-                await self._wait_for_more(None)
-                continue
-            if self._delay > 0:
+    def _next_batch(self) -> list[_Item] | None:
+        """The next batch, waiting for requests (and for company, with a batch delay); None
+        once stopped."""
+        batch: list[_Item] = []
+        with self._lock:
+            while True:
+                if self._stopped:
+                    return None
+                self._take(batch)
+                if batch:
+                    break
+                self._idle = True
+                self._wake.wait()
+                self._idle = False
+            if self._delay > 0 and len(batch) < self._max:
+                loop = self._loop
+                assert loop is not None
                 deadline = batch[0].enqueued + self._delay
-                while len(batch) < self._max and (remaining := deadline - loop.time()) > 0:
-                    await self._wait_for_more(remaining)
-                    self._take(self._max, batch)
-            await self._run(loop, batch)
+                while len(batch) < self._max and not self._stopped:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    self._idle = True
+                    self._wake.wait(remaining)
+                    self._idle = False
+                    self._take(batch)
+        return batch
 
-    async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Item]) -> None:
-        try:
-            results = await loop.run_in_executor(self._executor, self._run_batch,
-                                                 [item.data for item in batch])
-            if len(results) != len(batch):
-                raise RuntimeError(f"the handler returned {len(results)} results for a batch "
-                                   f"of {len(batch)}")
-        except Exception as e:  # a handler bug: fail this batch, keep serving
-            log.exception("inference failed for a batch of %d", len(batch))
-            results = [RequestError(500, "internal error", f"{type(e).__name__}: {e}")
-                       for _ in batch]
+    def _work(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while (batch := self._next_batch()) is not None:
+            try:
+                results = self._run_batch([item.data for item in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"the handler returned {len(results)} results for a "
+                                       f"batch of {len(batch)}")
+            except Exception as e:  # a handler bug: fail this batch, keep serving
+                log.exception("inference failed for a batch of %d", len(batch))
+                results = [RequestError(500, "internal error", f"{type(e).__name__}: {e}")
+                           for _ in batch]
+            try:
+                loop.call_soon_threadsafe(self._deliver, batch, results)
+            except RuntimeError:  # the loop is closed: the server has stopped
+                return
+
+    def _deliver(self, batch: list[_Item], results: list[Any]) -> None:
         self._on_batch(len(batch))
         for item, result in zip(batch, results, strict=True):
             if item.future.done():
@@ -173,6 +202,3 @@ class InferenceQueue:
                 item.future.set_result(result)
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
