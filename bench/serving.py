@@ -116,9 +116,21 @@ async def _client(port: int, request: bytes, deadline: float, latencies: list[fl
 
 
 def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) a process has used so far."""
+    """CPU seconds (user + system, all threads) a process and its children have used so far
+    (the children are the server's worker processes, with ``--workers``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                total += process_cpu(int(child))
+            except OSError:  # exited meanwhile
+                pass
+    return total
 
 
 async def _load(port: int, request: bytes, concurrency: int, seconds: float,

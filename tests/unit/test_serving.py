@@ -34,6 +34,18 @@ def test_options_environment_is_overridden_by_explicit_values() -> None:
     assert ServerOptions.from_env({}) == ServerOptions()
 
 
+def test_workers_share_the_cpus_out_unless_threads_are_set() -> None:
+    import os
+
+    from shoal.serving._handlers import intra_op_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert intra_op_threads(ServerOptions()) is None  # one worker: the runtime's default
+    assert intra_op_threads(ServerOptions(workers=2)) == max(1, cpus // 2)
+    assert intra_op_threads(ServerOptions(workers=cpus + 1)) == 1
+    assert intra_op_threads(ServerOptions(workers=2, intra_op_threads=3)) == 3
+
+
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"max_batch_size": 0}, "max_batch_size must be >= 1, got 0"),
     ({"max_batch_size": -1}, "max_batch_size must be >= 1"),

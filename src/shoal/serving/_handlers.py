@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -81,6 +82,26 @@ class Handler(abc.ABC):
 
 # --- ONNX ----------------------------------------------------------------------------------
 
+def intra_op_threads(options: ServerOptions) -> int | None:
+    """The intra-op thread count for a runtime (onnxruntime, torch): the option when set;
+    with several workers, each process's share of the CPUs, so that every worker's runtime
+    does not start one thread per core (which oversubscribes them); else the runtime's
+    default (None)."""
+    if options.intra_op_threads is not None:
+        return options.intra_op_threads
+    if options.workers > 1:
+        return max(1, _usable_cpus() // options.workers)
+    return None
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 _ORT_DTYPES = {
     "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
     "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16",
@@ -99,8 +120,9 @@ class OnnxHandler(Handler):
         import onnxruntime as ort
 
         so = ort.SessionOptions()
-        if self.options.intra_op_threads is not None:
-            so.intra_op_num_threads = self.options.intra_op_threads
+        intra = intra_op_threads(self.options)
+        if intra is not None:
+            so.intra_op_num_threads = intra
         if self.options.inter_op_threads is not None:
             so.inter_op_num_threads = self.options.inter_op_threads
         # Spinning intra-op threads burn the cores the event loop needs between runs.
@@ -265,8 +287,9 @@ class TorchScriptHandler(Handler):
     def load(self) -> None:
         import torch
 
-        if self.options.intra_op_threads is not None:
-            torch.set_num_threads(self.options.intra_op_threads)
+        threads = intra_op_threads(self.options)
+        if threads is not None:
+            torch.set_num_threads(threads)
         try:
             module = torch.jit.load(str(self.artifact_path()),  # type: ignore[no-untyped-call]
                                     map_location="cpu")

@@ -53,7 +53,8 @@ class ServerOptions:
         timeout_s: an invocation (queue wait + inference) longer than this is answered 504.
         max_queue: requests waiting for the model beyond this are refused with 503.
         intra_op_threads, inter_op_threads: onnxruntime (and torch) thread pools; ``None``
-            leaves the runtime's default.
+            leaves the runtime's default, except that with several workers each ONNX session
+            gets its share of the CPUs (``cpus // workers`` intra-op threads).
 
     Example::
 
