@@ -33,6 +33,29 @@ def test_second_job_runs_on_the_warm_worker_with_its_own_record(session, capsys)
     assert "echo 2" in capsys.readouterr().out
 
 
+def test_the_worker_is_claimable_as_soon_as_its_first_job_is_seen_ending(session):
+    """The race behind a second cold start: a client that sees the first job end and calls
+    again must find the worker claimable, not still setting up its endpoint."""
+    import fcntl
+
+    @remote(keep_alive_period_in_seconds=30)
+    def first():
+        return 1
+
+    assert first() == 1  # returns once the job's COMPLETED is in the store
+    (job,) = session.metadata.list_jobs(JobQuery(name_prefix="first-"))
+    pid = _worker_pid(session, job.name)
+    claims = list((session.home / "run" / "warm").glob(f"*/{pid}.claim"))
+    if not claims:  # a long home puts pools under the private socket directory
+        from shoal.backends._rundir import private_socket_dir
+
+        claims = list((private_socket_dir() / "warm").glob(f"*/{pid}.claim"))
+    assert len(claims) == 1, "the worker's claim is not there when its job's end shows"
+    with open(claims[0]) as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the worker still holds it
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def test_state_changes_by_one_job_do_not_reach_the_next(session, tmp_path):
     @remote(keep_alive_period_in_seconds=30)
     def meddle():

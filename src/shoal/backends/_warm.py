@@ -179,8 +179,13 @@ class WarmEndpoint:
         self._ticks: int | None = None
         self._server: socket.socket | None = None
         self._conn: socket.socket | None = None
+        self._busy: IO[str] | None = None
 
-    def open(self) -> WarmEndpoint:
+    def open(self, *, busy: bool = False) -> WarmEndpoint:
+        """Listen for clients. With *busy*, the worker's claim is held (clients skip it)
+        until ``release()``: a worker still running its first job shows up at once, so a
+        client that sees that job end finds the worker claimable instead of starting
+        another one."""
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         sock_path = self._dir / f"{self._pid}.sock"
         with contextlib.suppress(FileNotFoundError):
@@ -193,8 +198,23 @@ class WarmEndpoint:
             os.umask(old)
         server.listen(4)
         self._server = server
-        (self._dir / f"{self._pid}.claim").touch()  # visible only once it listens
+        claim = self._dir / f"{self._pid}.claim"
+        if busy:  # locked before it is visible under its name: no client can claim it first
+            tmp = self._dir / f".{self._pid}.claim.tmp"
+            self._busy = open(tmp, "a")  # noqa: SIM115 - held until release()
+            fcntl.flock(self._busy, fcntl.LOCK_EX)
+            os.replace(tmp, claim)
+        else:
+            claim.touch()  # visible only once it listens
         return self
+
+    def release(self) -> None:
+        """Make the worker claimable (after ``open(busy=True)``); idempotent."""
+        held, self._busy = self._busy, None
+        if held is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
 
     def next_job(self, keep_alive: float, should_stop: Callable[[], bool] = lambda: False
                  ) -> WarmRequest | None:
@@ -265,4 +285,5 @@ class WarmEndpoint:
             self._server.close()
             self._server = None
         (self._dir / f"{self._pid}.claim").unlink(missing_ok=True)
+        self.release()
         (self._dir / f"{self._pid}.sock").unlink(missing_ok=True)

@@ -159,9 +159,10 @@ class LocalBackend:
 
     # --- observing and stopping -------------------------------------------------------
 
-    def warm_endpoint(self, directory: str) -> WarmEndpoint:
-        """The worker's side of a warm pool (used by a supervisor that stays warm)."""
-        return WarmEndpoint(Path(directory)).open()
+    def warm_endpoint(self, directory: str, *, busy: bool = False) -> WarmEndpoint:
+        """The worker's side of a warm pool (used by a supervisor that stays warm); *busy*:
+        see ``WarmEndpoint.open``."""
+        return WarmEndpoint(Path(directory)).open(busy=busy)
 
     def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
         pid = handle.get("pid")

@@ -84,6 +84,8 @@ class Supervisor:
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
         self._tap: TrainingAttempt | None = None  # sees the output of a script job as it streams
+        #: called once, just before the next job's end is recorded
+        self.before_finish: Callable[[], None] | None = None
 
     # --- signals ----------------------------------------------------------------------
 
@@ -160,6 +162,9 @@ class Supervisor:
             sink.close()
 
     def _finish(self, name: str, outcome: Outcome) -> None:
+        hook, self.before_finish = self.before_finish, None
+        if hook is not None:  # e.g. a warm worker becoming claimable before its job's end shows
+            hook()
         if outcome.status == JobStatus.COMPLETED:  # the common case: no read first
             try:
                 self._svc.advance(name, JobStatus.COMPLETED, exit_code=outcome.exit_code)
@@ -405,8 +410,13 @@ class Supervisor:
 
         from shoal.backends._procfs import start_ticks
 
-        return {"backend": "local", "pid": os.getpid(), "host": socket.gethostname(),
-                "start_ticks": start_ticks(os.getpid())}
+        handle = {"backend": "local", "pid": os.getpid(), "host": socket.gethostname(),
+                  "start_ticks": start_ticks(os.getpid())}
+        # A supervisor a cluster backend started (a Ray warm actor's) is found through it.
+        given = os.environ.get("SHOAL_SUPERVISOR_HANDLE")
+        if given:
+            handle.update(json.loads(given))
+        return handle
 
     def _stop_confirmed(self) -> bool:
         if self._current is None:
