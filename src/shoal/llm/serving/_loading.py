@@ -95,7 +95,15 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
         kwargs["quantization_config"] = _quantization(options.quantize)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-    except (OSError, ValueError, ImportError) as e:
+    except (OSError, ValueError, ImportError, RuntimeError, NotImplementedError) as e:
+        if options.quantize is not None:  # bitsandbytes refuses this machine or this model
+            value = options.quantize.value
+            raise ModelLoadError(f"option.quantize={value}: bitsandbytes cannot load the model "
+                                 f"from {path} here: {type(e).__name__}: {e}; remove "
+                                 f"option.quantize (or try the other bit width)",
+                                 key="option.quantize", value=value, path=str(path)) from e
+        if isinstance(e, RuntimeError | NotImplementedError):
+            raise
         raise ModelLoadError(f"cannot load the model from {path}: {type(e).__name__}: {e}",
                              path=str(path)) from e
     engine = TransformersEngine(model, tokenizer, max_batch=options.batch_size,
@@ -103,10 +111,19 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
                                 observer=observer)
     device = next(model.parameters()).device
     description = (f"{type(model).__name__} from {path} on {device} "
-                   f"({next(model.parameters()).dtype}), transformers engine, "
+                   f"({next(model.parameters()).dtype}{_quantized(model, options)}), "
+                   f"transformers engine, "
                    f"{'continuous batching of up to ' + str(options.batch_size) if options.batch_size > 1 else 'one request at a time'}, "
                    f"max_model_len {max_len}")
     return LoadedModel(engine, tokenizer, located, max_len, description)
+
+
+def _quantized(model: Any, options: LlmServingOptions) -> str:
+    """``, bitsandbytes4: N layers`` (the layers bitsandbytes replaced), or nothing."""
+    if options.quantize is None:
+        return ""
+    layers = sum(type(m).__module__.startswith("bitsandbytes") for m in model.modules())
+    return f", {options.quantize.value}: {layers} layers"
 
 
 def _placement(options: LlmServingOptions, torch: Any) -> dict[str, Any]:

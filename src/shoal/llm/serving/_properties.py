@@ -89,7 +89,10 @@ class LlmServingOptions:
         entry_point: a custom ``model.py`` handler, served by the regular model server.
         model_loading_timeout: seconds the load may take before the server gives up.
         job_queue_size: requests waiting for a batch slot before 503.
-        unknown: keys this server does not know (reported once at load).
+        unknown: keys this server does not know (reported once at load; with an entry point,
+            unknown ``option.*`` keys are the handler's own and are passed to it).
+        properties: every key as written (or as an environment variable set it) and its
+            value, for an entry point's ``handle()``.
         sources: where each set field came from (``serving.properties`` or a variable).
 
     Example::
@@ -112,6 +115,7 @@ class LlmServingOptions:
     job_queue_size: int = 1000
     unknown: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def uses_vllm(self) -> bool:
@@ -163,11 +167,23 @@ def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOp
             continue
         values[name] = _convert(name, key, value.strip(), origin)
         sources[name] = origin
+    _report_unknown(source, unknown, handler="entry_point" in values)
+    return LlmServingOptions(base_dir=source.parent.resolve(), unknown=tuple(sorted(unknown)),
+                             sources=sources, properties={k: v for k, v, _ in raw.values()},
+                             **values)  # type: ignore[arg-type]
+
+
+def _report_unknown(source: Path, unknown: list[str], *, handler: bool) -> None:
+    """Unknown keys are ignored, and said so; with an entry point, ``option.*`` keys are the
+    handler's own (it receives them), so only the others are."""
+    if handler:
+        passed = sorted(k for k in unknown if k.lower().startswith("option."))
+        if passed:
+            log.info("%s: passing %s to option.entryPoint's handler", source, ", ".join(passed))
+        unknown = [k for k in unknown if not k.lower().startswith("option.")]
     if unknown:
         log.warning("%s: ignoring key(s) this server does not know: %s (known: %s)", source,
                     ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS)))
-    return LlmServingOptions(base_dir=source.parent.resolve(), unknown=tuple(sorted(unknown)),
-                             sources=sources, **values)  # type: ignore[arg-type]
 
 
 def _bad(key: str, value: str, origin: str, expected: str) -> ModelLoadError:

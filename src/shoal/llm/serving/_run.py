@@ -37,7 +37,8 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     SIGTERM or SIGINT; 0, or 1 when the model fails to load.
 
     Raises ``ModelLoadError`` before listening when ``serving.properties`` is missing or has
-    a bad value (naming the key and the value), ``ServingError`` when the port is taken.
+    a bad value (naming the key and the value) or ``option.entryPoint`` names a missing file
+    or one without a handler, ``ServingError`` when the port is taken.
     """
     from shoal.config import djl_environ
     from shoal.serving._run import bind
@@ -46,6 +47,10 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     if properties is None:
         raise ModelLoadError(f"{model} holds no serving.properties", path=os.fspath(model))
     llm = load_serving_options(properties, djl_environ())
+    if llm.entry_point:
+        from shoal.llm.serving._custom import check_entry_point
+
+        check_entry_point(llm)  # a missing or handler-less file fails before the port is bound
     if options.workers > 1:
         log.warning("an LLM is served by one process (its engine batches requests); ignoring "
                     "workers=%d", options.workers)
@@ -87,7 +92,9 @@ def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
             server.should_exit = True
 
     if llm.entry_point:
-        app: Any = _script_app(llm, options, failed)
+        from shoal.llm.serving._custom import entry_point_app
+
+        app: Any = entry_point_app(llm, options, failed)
     else:
         from shoal.llm.serving._app import LlmServerApp
 
@@ -98,23 +105,6 @@ def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return status
-
-
-def _script_app(llm: Any, options: ServerOptions, failed: Any) -> Any:
-    """``option.entryPoint``: the model's own handler (``model_fn``/``predict_fn``/... as in
-    ``code/inference.py``), served by the regular model server on ``/invocations``."""
-    from shoal.serving._app import ModelServerApp
-    from shoal.serving._artifact import ResolvedModel
-    from shoal.serving._script import ScriptHandler
-
-    script = Path(llm.entry_point)
-    script = script if script.is_absolute() else llm.base_dir / script
-    if not script.is_file():
-        raise ModelLoadError(f"option.entryPoint={llm.entry_point!r}: {script} does not exist",
-                             key="option.entryPoint", value=llm.entry_point)
-    handler = ScriptHandler(llm.base_dir, script, options)
-    return ModelServerApp(handler, options, resolved=ResolvedModel(llm.base_dir),
-                          on_load_error=failed)
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

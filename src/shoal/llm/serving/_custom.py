@@ -1,0 +1,449 @@
+"""``option.entryPoint``: the model's own ``model.py`` instead of the built-in engine.
+
+Two contracts, told apart by what the file defines (read with ``ast``, before the port is
+bound, so nothing of the user's runs yet):
+
+* **DJL's** ``handle(inputs)`` (DJL Serving's Python engine): ``DjlHandlerApp`` imports the
+  file, calls ``handle`` once with an empty ``Input`` carrying the model's properties (the
+  initialisation call; the model loads there), then once per ``POST /invocations`` with the
+  request's headers as properties and its body as content. The ``Output`` it returns becomes
+  the response (code, properties as headers, content as body); ``None`` is 204; a raise is
+  424 with DJL's ``{"code", "message", "error"}`` body, and the server keeps serving.
+  ``from djl_python import Input, Output`` works without DJL installed (``_djl_python``).
+* **The inference toolkit's** ``model_fn``/``input_fn``/``predict_fn``/``output_fn``/
+  ``transform_fn`` (and no ``handle``): served by the regular model server's
+  ``ScriptHandler``, as ``code/inference.py`` is.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import concurrent.futures
+import importlib.util
+import json
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from enum import StrEnum
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from shoal.errors import ModelLoadError
+from shoal.llm.serving import _djl_python
+from shoal.llm.serving._properties import LlmServingOptions
+from shoal.serving._http import RequestError, error_body
+from shoal.serving._options import ServerOptions
+
+__all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_app"]
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_KEY = "option.entryPoint"
+_TOOLKIT = frozenset({"model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn"})
+#: response headers the server writes itself
+_OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
+
+
+class EntryPointKind(StrEnum):
+    DJL = "djl"          # handle(inputs)
+    TOOLKIT = "toolkit"  # model_fn / predict_fn / ...
+
+
+class ModelState(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+def check_entry_point(llm: LlmServingOptions) -> tuple[Path, EntryPointKind]:
+    """The entry point's file and contract; ``ModelLoadError`` naming the key and the file
+    when it is missing, does not parse, or defines neither ``handle`` nor ``model_fn``...
+    Runs no user code."""
+    value = llm.entry_point or ""
+    script = Path(value)
+    script = script if script.is_absolute() else llm.base_dir / script
+    named = f"{_KEY}={value!r}"
+    if not script.is_file():
+        raise ModelLoadError(f"{named}: {script} does not exist; give a Python file relative to "
+                             f"{llm.base_dir} (where serving.properties is) or an absolute path",
+                             key=_KEY, value=value, path=str(script))
+    try:
+        tree = ast.parse(script.read_bytes(), filename=str(script))
+    except (SyntaxError, ValueError) as e:
+        raise ModelLoadError(f"{named}: {script} is not valid Python: {e}", key=_KEY,
+                             value=value, path=str(script)) from e
+    names, star = _top_level_names(tree)
+    if "handle" in names or (star and not names & _TOOLKIT):
+        return script, EntryPointKind.DJL
+    if names & _TOOLKIT:
+        return script, EntryPointKind.TOOLKIT
+    raise ModelLoadError(f"{named}: {script} defines no handle(inputs) function (DJL's custom "
+                         f"handler) and none of model_fn/input_fn/predict_fn/output_fn/"
+                         f"transform_fn; define handle(inputs) returning an Output",
+                         key=_KEY, value=value, path=str(script))
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names the module binds at top level, and whether it star-imports."""
+    names: set[str] = set()
+    star = False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                else:
+                    names.add(alias.asname or alias.name.split(".")[0])
+    return names, star
+
+
+def entry_point_app(llm: LlmServingOptions, options: ServerOptions,
+                    on_load_error: Callable[[BaseException], None]) -> Any:
+    """The ASGI app serving *llm*'s entry point (checked again here; see ``check_entry_point``)."""
+    script, kind = check_entry_point(llm)
+    if kind is EntryPointKind.DJL:
+        return DjlHandlerApp(llm, script, options, on_load_error=on_load_error)
+    from shoal.serving._app import ModelServerApp
+    from shoal.serving._artifact import ResolvedModel
+    from shoal.serving._script import ScriptHandler
+
+    handler = ScriptHandler(llm.base_dir, script, options)
+    return ModelServerApp(handler, options, resolved=ResolvedModel(llm.base_dir),
+                          on_load_error=on_load_error)
+
+
+def init_properties(llm: LlmServingOptions) -> dict[str, str]:
+    """What the initialisation call's ``Input.get_properties()`` holds, as in DJL: every
+    ``option.*`` key without its prefix (``model_id``, ``dtype``, the handler's own keys),
+    ``model_dir`` and ``device_id`` (-1: CPU)."""
+    props = {k[len("option."):]: v for k, v in llm.properties.items()
+             if k.lower().startswith("option.")}
+    props["model_dir"] = str(llm.base_dir)
+    props.setdefault("device_id", "-1")
+    return props
+
+
+class DjlHandlerApp:
+    """ASGI app around a DJL ``handle(inputs)``: ``/ping``, ``POST /invocations``,
+    ``/metrics``. The handler runs on one thread of its own (as DJL's Python worker runs one
+    request at a time), never on the event loop.
+
+    Example::
+
+        app = DjlHandlerApp(llm, Path("model/model.py"), ServerOptions())
+        uvicorn.run(app, port=8080)
+    """
+
+    def __init__(self, llm: LlmServingOptions, script: Path, server: ServerOptions, *,
+                 on_load_error: Callable[[BaseException], None] | None = None) -> None:
+        from shoal.serving._metrics import ServerMetrics
+
+        self.llm = llm
+        self.script = script
+        self.server = server
+        self.state = ModelState.LOADING
+        self.load_error: BaseException | None = None
+        self._on_load_error = on_load_error
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="shoal-djl-handler")
+        self._handle: Callable[[Any], Any] | None = None
+        self._djl: ModuleType | None = None
+        self._module_name = script.stem
+        self._registered = False
+        self._pending = 0
+        self._limit = int(server.max_payload_mb * 1024 * 1024)
+        self._request_properties = {"model_dir": str(llm.base_dir), "device_id": "-1"}
+        self.metrics = ServerMetrics(queue_depth=lambda: self._pending,
+                                     loaded=lambda: float(self.state is ModelState.READY))
+
+    @property
+    def named(self) -> str:
+        return f"{_KEY}={self.llm.entry_point!r} ({self.script})"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    # --- lifespan -------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._loop = asyncio.get_running_loop()
+                self._worker.submit(self._load)
+                self._loop.call_later(self.llm.model_loading_timeout, self._load_timed_out)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self._worker.shutdown(wait=False, cancel_futures=True)
+                self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def close(self) -> None:
+        """Forget the entry point's module and the ``djl_python`` stand-in."""
+        module = sys.modules.get(self._module_name)
+        if module is not None and getattr(module, "__file__", None) == str(self.script):
+            del sys.modules[self._module_name]
+        if self._registered:
+            _djl_python.unregister()
+            self._registered = False
+
+    def _load(self) -> None:
+        """On the handler's thread: import the file, then the initialisation call."""
+        started = time.perf_counter()
+        log.info("loading %s", self.named)
+        try:
+            self._registered = _djl_python.register()
+            self._djl = _djl_python.djl_module()
+            module = self._import()
+            handle = getattr(module, "handle", None)
+            if not callable(handle):
+                raise ModelLoadError(f"{self.named} defines no handle(inputs) function; DJL's "
+                                     f"custom handler contract needs one", key=_KEY,
+                                     value=self.llm.entry_point, path=str(self.script))
+            init = self._djl.Input()
+            init.properties.update(init_properties(self.llm))
+            try:
+                handle(init)
+            except BaseException as e:
+                raise ModelLoadError(f"{self.named}: handle() raised at initialisation (the "
+                                     f"call with an empty Input, at load): "
+                                     f"{type(e).__name__}: {e}", key=_KEY,
+                                     value=self.llm.entry_point, path=str(self.script)) from e
+            self._handle = handle
+        except BaseException as e:  # anything the user's code raises, SystemExit included
+            if not isinstance(e, ModelLoadError):
+                e = ModelLoadError(f"{self.named}: loading failed: {type(e).__name__}: {e}",
+                                   key=_KEY, value=self.llm.entry_point)
+            log.error("the model failed to load: %s", e, exc_info=e.__cause__ or e)
+            self._call_soon(self._failed, e)
+            return
+        self._call_soon(self._ready, time.perf_counter() - started)
+
+    def _import(self) -> ModuleType:
+        code_dir = str(self.script.parent)
+        if code_dir not in sys.path:
+            sys.path.insert(0, code_dir)  # model.py imports its siblings, as under DJL
+        spec = importlib.util.spec_from_file_location(self._module_name, self.script)
+        if spec is None or spec.loader is None:
+            raise ModelLoadError(f"{self.named}: cannot import it", key=_KEY,
+                                 value=self.llm.entry_point, path=str(self.script))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[self._module_name] = module  # as DJL imports it: pickles find its classes
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as e:
+            sys.modules.pop(self._module_name, None)
+            raise ModelLoadError(f"{self.named}: importing it failed: {type(e).__name__}: {e}",
+                                 key=_KEY, value=self.llm.entry_point,
+                                 path=str(self.script)) from e
+        return module
+
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _ready(self, seconds: float) -> None:
+        if self.state is not ModelState.LOADING:  # timed out meanwhile
+            return
+        self.state = ModelState.READY
+        log.info("model ready in %.2f s: %s, handle(inputs) one request at a time", seconds,
+                 self.named)
+
+    def _failed(self, error: BaseException) -> None:
+        self.state = ModelState.FAILED
+        self.load_error = error
+        if self._on_load_error is not None:
+            self._on_load_error(error)
+
+    def _load_timed_out(self) -> None:
+        if self.state is ModelState.LOADING:
+            seconds = self.llm.model_loading_timeout
+            self._failed(ModelLoadError(
+                f"{self.named} did not finish its initialisation call within "
+                f"option.model_loading_timeout={seconds:g} s; raise it in serving.properties",
+                key="option.model_loading_timeout"))
+            log.error("%s", self.load_error)
+
+    # --- requests -------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == "/ping" and method in ("GET", "HEAD"):
+            if self.state is ModelState.READY:
+                await _respond(send, 200, b'{"status":"healthy"}', b"application/json")
+            else:
+                await _error(send, self._not_ready())
+        elif path == "/metrics" and method == "GET":
+            await _respond(send, 200, self.metrics.render(), self.metrics.content_type.encode())
+        elif path == "/invocations" and method == "POST":
+            await self._invoke(scope, receive, send)
+        elif path == "/invocations":
+            await _error(send, RequestError(405, "method not allowed", "POST /invocations"))
+        else:
+            await _error(send, RequestError(404, "not found", f"{method} {path}: this server "
+                                            f"answers GET /ping, POST /invocations and GET "
+                                            f"/metrics"))
+
+    def _not_ready(self) -> RequestError:
+        if self.state is ModelState.FAILED:
+            return RequestError(503, "model failed to load", str(self.load_error))
+        return RequestError(503, "model loading", "the model is still loading; retry shortly",
+                            headers=((b"retry-after", b"1"),))
+
+    async def _invoke(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        status = 500
+        try:
+            if self.state is not ModelState.READY or self._djl is None:
+                raise self._not_ready()
+            if self._pending >= self.server.max_queue:
+                raise RequestError(503, "overloaded", f"{self._pending} requests already wait "
+                                   f"for the handler (max_queue {self.server.max_queue})",
+                                   headers=((b"retry-after", b"1"),))
+            body = await self._read_body(receive)
+            inputs = self._djl.Input()
+            inputs.properties.update(self._request_properties)
+            for name, value in scope["headers"]:
+                inputs.properties[name.decode("latin-1")] = value.decode("latin-1")
+            inputs.content.add(key="data", value=bytearray(body))
+            status, headers, payload = await self._call(inputs)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+        except RequestError as e:
+            status = e.status
+            await _error(send, e)
+        except _Disconnected:
+            status = 499
+        except Exception as e:  # a bug of ours, or an Output we cannot write: 500, keep serving
+            log.exception("%s: invocation failed", self.named)
+            await _error(send, RequestError(500, "internal error", f"{type(e).__name__}: {e}"))
+        finally:
+            self.metrics.request(status, time.perf_counter() - started)
+
+    async def _call(self, inputs: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        self._pending += 1
+        try:
+            future = self._worker.submit(self._run_handle, inputs)
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future),
+                                              self.server.timeout_s)
+            except TimeoutError:
+                raise RequestError(504, "timeout", f"handle() did not answer within "
+                                   f"{self.server.timeout_s:g} s (--timeout-s)") from None
+        finally:
+            self._pending -= 1
+
+    def _run_handle(self, inputs: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """On the handler's thread: one request through ``handle``, as an HTTP response."""
+        handle = self._handle
+        if handle is None or self._djl is None:
+            raise RuntimeError("handle() called before the entry point loaded")
+        try:
+            output = handle(inputs)
+        except Exception as e:  # the request fails, the server stays up (DJL: 424)
+            log.exception("%s: handle() raised", self.named)
+            output = self._djl.Output().error(str(e) or type(e).__name__)
+        if output is None:
+            return 204, [], b""
+        if not all(hasattr(output, a) for a in ("code", "properties", "content")):
+            output = self._djl.Output().error(f"Invalid output type: {type(output)}; "
+                                              f"handle() returns an Output or None")
+        return _response(output)
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._limit:
+                raise RequestError(413, "payload too large", f"the body exceeds "
+                                   f"{self.server.max_payload_mb:g} MB (--max-payload-mb)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+class _Disconnected(Exception):
+    """The client went away before its request was read."""
+
+
+def _response(output: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """An ``Output`` as (status, headers, body): the body is the content under ``data``, else
+    the first value; ``Content-Type`` is the output's own, else guessed (JSON, text, bytes)."""
+    try:
+        code = int(output.code)
+    except (TypeError, ValueError):
+        code = 500
+    if not 100 <= code <= 599:
+        code = 500
+    content = output.content
+    value = content.get("data")
+    if value is None and content.size():
+        value = content.value_at(0)
+    body = value.encode() if isinstance(value, str) else bytes(value or b"")
+    headers: list[tuple[bytes, bytes]] = []
+    content_type = None
+    for key, val in dict(output.properties).items():
+        name = str(key).lower()
+        if name == "content-type":
+            content_type = str(val)
+        elif name not in _OWN_HEADERS and _token(name):
+            headers.append((name.encode("latin-1"), str(val).encode("latin-1", "replace")))
+    headers.append((b"content-type", (content_type or _guess_type(body)).encode("latin-1")))
+    headers.append((b"content-length", str(len(body)).encode()))
+    return code, headers, body
+
+
+def _token(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name)
+
+
+def _guess_type(body: bytes) -> str:
+    if not body:
+        return "application/json"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    try:
+        json.loads(text)
+    except ValueError:
+        return "text/plain; charset=utf-8"
+    return "application/json"
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
+                   headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _error(send: Send, error: RequestError) -> None:
+    await _respond(send, error.status, error_body(error.error, error.detail),
+                   b"application/json", error.headers)
+
