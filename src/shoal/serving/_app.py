@@ -24,7 +24,7 @@ from shoal.serving import _codecs
 from shoal.serving._artifact import ResolvedModel, resolve_model
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
-from shoal.serving._http import RequestError, error_body
+from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
 from shoal.serving._metrics import ServerMetrics
 from shoal.serving._options import ServerOptions
 
@@ -211,7 +211,7 @@ class ModelServerApp:
             if handler.content_types is not None and content_type not in handler.content_types:
                 raise _codecs.unsupported(content_type, handler.content_types)
             response_type = self._negotiate(accept, content_type)
-            body = await self._read_body(receive, length)
+            body = await read_body(receive, self._limit, length)
             if len(body) > _INLINE_DECODE_BYTES:
                 data = await asyncio.get_running_loop().run_in_executor(
                     None, handler.decode, body, content_type, response_type)
@@ -224,7 +224,7 @@ class ModelServerApp:
         except RequestError as e:
             status = e.status
             await _error(send, e)
-        except _Disconnected:
+        except ClientDisconnected:
             status = 499
         except Exception as e:  # a bug of ours: answer 500 and keep serving
             log.exception("invocation failed")
@@ -246,36 +246,6 @@ class ModelServerApp:
         if isinstance(known, RequestError):
             raise RequestError(known.status, known.error, known.detail)
         return known
-
-    async def _read_body(self, receive: Receive, length: int | None) -> bytes:
-        limit = self._limit
-        if length is not None and length > limit:
-            raise _too_large(length, limit)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit, streamed=True)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-class _Disconnected(Exception):
-    """The client went away before sending its whole body."""
-
-
-def _too_large(size: int, limit: int, *, streamed: bool = False) -> RequestError:
-    what = f"more than {limit} bytes arrived" if streamed else f"Content-Length is {size}"
-    return RequestError(413, "payload too large",
-                        f"{what}; the limit is {limit / 1048576:g} MB (--max-payload-mb, "
-                        f"SHOAL_MODEL_SERVER_MAX_PAYLOAD_MB)")
 
 
 def _headers(scope: Scope) -> tuple[str, str | None, int | None]:

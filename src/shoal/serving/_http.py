@@ -6,8 +6,10 @@ Only the server's own ASGI app turns these into responses; they never leave the 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
-__all__ = ["RequestError", "error_body"]
+__all__ = ["ClientDisconnected", "RequestError", "error_body", "read_body"]
 
 
 class RequestError(Exception):
@@ -34,3 +36,34 @@ def model_error(exc: BaseException) -> RequestError:
     """424, SageMaker's status for "the model raised", with the model's own message."""
     message = str(exc) or type(exc).__name__
     return RequestError(424, "model error", f"{type(exc).__name__}: {message}")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before sending its whole body."""
+
+
+async def read_body(receive: Callable[[], Awaitable[MutableMapping[str, Any]]], limit: int,
+                    length: int | None = None) -> bytes:
+    """The request's body from ASGI *receive*: 413 above *limit* bytes (at once when the
+    ``Content-Length`` *length* says so), ``ClientDisconnected`` when the client leaves."""
+    if length is not None and length > limit:
+        raise _too_large(f"Content-Length is {length}", limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit} bytes arrived", limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(what: str, limit: int) -> RequestError:
+    return RequestError(413, "payload too large",
+                        f"{what}; the limit is {limit / 1048576:g} MB (--max-payload-mb, "
+                        f"SHOAL_MODEL_SERVER_MAX_PAYLOAD_MB)")

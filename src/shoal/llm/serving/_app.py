@@ -28,7 +28,7 @@ from shoal.llm.serving._loading import LoadedModel, load_model
 from shoal.llm.serving._metrics import LlmMetrics
 from shoal.llm.serving._params import GenerationParams, from_lmi, from_openai, invalid
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._http import RequestError, bad_request
+from shoal.serving._http import ClientDisconnected, RequestError, bad_request, read_body
 from shoal.serving._options import ServerOptions
 
 __all__ = ["LlmServerApp"]
@@ -53,8 +53,6 @@ class ModelState(StrEnum):
     FAILED = "failed"
 
 
-class _Disconnected(Exception):
-    """The client went away before its request was read."""
 
 
 class LlmServerApp:
@@ -186,7 +184,7 @@ class LlmServerApp:
         except RequestError as e:
             status = e.status
             await _error(send, e, openai=openai)
-        except _Disconnected:
+        except ClientDisconnected:
             status = 499
         except Exception as e:  # a bug of ours: answer 500 and keep serving
             log.exception("%s %s failed", method, path)
@@ -448,7 +446,7 @@ class LlmServerApp:
             return list(await asyncio.gather(*(collect(k) for k in range(len(prompts)))))
 
     async def _json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
-        body = await self._read_body(scope, receive)
+        body = await read_body(receive, self._limit)
         try:
             data = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -457,21 +455,6 @@ class LlmServerApp:
             raise bad_request(f"the body must be a JSON object, got {type(data).__name__}")
         return data
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._limit:
-                raise RequestError(413, "payload too large", f"the body exceeds "
-                                   f"{self.server.max_payload_mb:g} MB (--max-payload-mb)")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
 
 
 class _Channel:

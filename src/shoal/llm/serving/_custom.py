@@ -34,7 +34,7 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._http import RequestError, error_body
+from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
 from shoal.serving._options import ServerOptions
 
 __all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_app"]
@@ -319,7 +319,7 @@ class DjlHandlerApp:
                 raise RequestError(503, "overloaded", f"{self._pending} requests already wait "
                                    f"for the handler (max_queue {self.server.max_queue})",
                                    headers=((b"retry-after", b"1"),))
-            body = await self._read_body(receive)
+            body = await read_body(receive, self._limit)
             inputs = self._djl.Input()
             inputs.properties.update(self._request_properties)
             for name, value in scope["headers"]:
@@ -331,7 +331,7 @@ class DjlHandlerApp:
         except RequestError as e:
             status = e.status
             await _error(send, e)
-        except _Disconnected:
+        except ClientDisconnected:
             status = 499
         except Exception as e:  # a bug of ours, or an Output we cannot write: 500, keep serving
             log.exception("%s: invocation failed", self.named)
@@ -369,25 +369,8 @@ class DjlHandlerApp:
                                               f"handle() returns an Output or None")
         return _response(output)
 
-    async def _read_body(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._limit:
-                raise RequestError(413, "payload too large", f"the body exceeds "
-                                   f"{self.server.max_payload_mb:g} MB (--max-payload-mb)")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
 
 
-class _Disconnected(Exception):
-    """The client went away before its request was read."""
 
 
 def _response(output: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
