@@ -61,6 +61,7 @@ class InferenceQueue:
         self._pending: deque[_Item] = deque()
         self._waiting = 0  # queued items whose caller still waits
         self._idle = False  # the inference thread sleeps until _wake is notified
+        self._room = 0  # while it waits for a batch to fill: wake it only once this many queue
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -101,6 +102,9 @@ class InferenceQueue:
                 self._pending.append(item)
                 self._waiting += 1
                 if self._idle:
+                    self._wake.notify()
+                elif self._room and len(self._pending) >= self._room:
+                    self._room = 0
                     self._wake.notify()
         if item is None:
             raise RequestError(503, "overloaded",
@@ -167,9 +171,9 @@ class InferenceQueue:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
-                    self._idle = True
+                    self._room = self._max - len(batch)
                     self._wake.wait(remaining)
-                    self._idle = False
+                    self._room = 0
                     self._take(batch)
         return batch
 
