@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -147,14 +148,14 @@ class OnnxHandler(Handler):
         # onnxruntime only reads its inputs: an x-npy body's memory is used as it is.
         data = _codecs.decode(body, content_type, dtype=self._dtypes[0] if single else None,
                               writable=False)
+        if single and not isinstance(data, dict):  # the common case
+            return {self._names[0]: self._fit(data, self._dtypes[0], self._shapes[0])}
         if isinstance(data, dict):
             missing = [n for n in self._names if n not in data]
             if missing and not (single and len(data) == 1):
                 raise bad_request(f"the model's inputs are {self._names}; the body lacks "
                                   f"{missing}")
             arrays = [data[n] if n in data else next(iter(data.values())) for n in self._names]
-        elif single:
-            arrays = [data]
         else:
             raise bad_request(f"the model takes {len(self._names)} inputs {self._names}; send a "
                               f"JSON object with one array per input name")
@@ -181,11 +182,17 @@ class OnnxHandler(Handler):
         return arr
 
     def predict(self, batch: list[Any]) -> list[Any]:
-        import numpy as np
-
         if len(batch) == 1:
             return [self._run_one(batch[0])]
         results: list[Any] = [None] * len(batch)
+        if len(self._names) == 1:  # the common case: one input, every request the same shape
+            name = self._names[0]
+            first = batch[0][name]
+            tail, dtype = first.shape[1:], first.dtype
+            if first.ndim and all(f[name].ndim and f[name].shape[1:] == tail
+                                  and f[name].dtype == dtype for f in batch):
+                self._run_group(batch, range(len(batch)), results)
+                return results
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, feed in enumerate(batch):
             arrays = feed.values()
@@ -197,23 +204,30 @@ class OnnxHandler(Handler):
         for idxs in groups.values():
             if len(idxs) == 1:
                 results[idxs[0]] = self._run_one(batch[idxs[0]])
-                continue
-            rows = [batch[i][self._names[0]].shape[0] for i in idxs]
-            total = sum(rows)
-            try:
-                feed = {n: np.concatenate([batch[i][n] for i in idxs]) for n in self._names}
-                outs = self._session.run(None, feed)
-                if any(o.ndim == 0 or o.shape[0] != total for o in outs):
-                    raise ValueError("an output's first axis is not the batch")
-            except Exception:  # one bad request must not fail the others: run each alone
-                for i in idxs:
-                    results[i] = self._run_one(batch[i])
-                continue
-            start = 0
-            for i, n in zip(idxs, rows, strict=True):
-                results[i] = [o[start:start + n] for o in outs]
-                start += n
+            else:
+                self._run_group(batch, idxs, results)
         return results
+
+    def _run_group(self, batch: list[Any], idxs: Sequence[int], results: list[Any]) -> None:
+        """Run the requests *idxs* (same trailing shapes and dtypes) as one batch; each gets
+        its rows of every output in *results*."""
+        import numpy as np
+
+        rows = [batch[i][self._names[0]].shape[0] for i in idxs]
+        total = sum(rows)
+        try:
+            feed = {n: np.concatenate([batch[i][n] for i in idxs]) for n in self._names}
+            outs = self._session.run(None, feed)
+            if any(o.ndim == 0 or o.shape[0] != total for o in outs):
+                raise ValueError("an output's first axis is not the batch")
+        except Exception:  # one bad request must not fail the others: run each alone
+            for i in idxs:
+                results[i] = self._run_one(batch[i])
+            return
+        start = 0
+        for i, n in zip(idxs, rows, strict=True):
+            results[i] = [o[start:start + n] for o in outs]
+            start += n
 
     def _run_one(self, feed: dict[str, Any]) -> Any:
         try:

@@ -6,7 +6,9 @@ answered it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["ServerMetrics"]
@@ -18,40 +20,29 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 class ServerMetrics:
     """``shoal_invocations_total{status}``, ``shoal_invocation_latency_seconds``,
-    ``shoal_batch_size``, ``shoal_queue_depth`` and ``shoal_model_loaded``."""
+    ``shoal_batch_size``, ``shoal_queue_depth`` and ``shoal_model_loaded``.
+
+    Counted on the event loop's thread only (``request`` and ``batch`` are called there, and
+    so is ``render``), so the hot path is a few integer additions; prometheus_client reads the
+    counts through a collector when ``/metrics`` is scraped and writes the exposition format.
+    """
 
     content_type = "text/plain; version=0.0.4; charset=utf-8"
 
     def __init__(self, queue_depth: Callable[[], float], loaded: Callable[[], float]) -> None:
-        from prometheus_client import (
-            CollectorRegistry,
-            Counter,
-            Gauge,
-            Histogram,
-            disable_created_metrics,
-        )
+        from prometheus_client import CollectorRegistry
 
-        disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: only bytes
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._requests = Counter("shoal_invocations", "Invocations answered, by HTTP status.",
-                                 ["status"], registry=self.registry)
-        self._latency = Histogram("shoal_invocation_latency_seconds",
-                                  "Time from request to response for /invocations.",
-                                  buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self._batch = Histogram("shoal_batch_size", "Requests run together in one inference.",
-                                buckets=_BATCH_BUCKETS, registry=self.registry)
-        depth = Gauge("shoal_queue_depth", "Requests waiting for the model.",
-                      registry=self.registry)
-        depth.set_function(queue_depth)
-        ready = Gauge("shoal_model_loaded", "1 once the model is loaded.", registry=self.registry)
-        ready.set_function(loaded)
-        self._by_status: dict[int, Any] = {}
+        self._by_status: dict[int, int] = {}
+        self._latency = _Histogram(_LATENCY_BUCKETS)
+        self._batch = _Histogram(_BATCH_BUCKETS)
+        self._queue_depth = queue_depth
+        self._loaded = loaded
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # type: ignore[arg-type]  # a collector: collect()
 
     def request(self, status: int, seconds: float) -> None:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self._requests.labels(status=str(status))
-        child.inc()
+        by_status = self._by_status
+        by_status[status] = by_status.get(status, 0) + 1
         self._latency.observe(seconds)
 
     def batch(self, size: int) -> None:
@@ -61,3 +52,52 @@ class ServerMetrics:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        requests = CounterMetricFamily("shoal_invocations",
+                                       "Invocations answered, by HTTP status.",
+                                       labels=["status"])
+        for status, count in sorted(self._by_status.items()):
+            requests.add_metric([str(status)], count)
+        yield requests
+        yield self._latency.family(HistogramMetricFamily, "shoal_invocation_latency_seconds",
+                                   "Time from request to response for /invocations.")
+        yield self._batch.family(HistogramMetricFamily, "shoal_batch_size",
+                                 "Requests run together in one inference.")
+        yield GaugeMetricFamily("shoal_queue_depth", "Requests waiting for the model.",
+                                value=self._queue_depth())
+        yield GaugeMetricFamily("shoal_model_loaded", "1 once the model is loaded.",
+                                value=self._loaded())
+
+
+class _Histogram:
+    """Bucket counts and a sum, cumulated only when collected."""
+
+    __slots__ = ("_bounds", "_counts", "_sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def family(self, cls: Any, name: str, documentation: str) -> Any:
+        buckets, total = [], 0
+        for bound, count in zip((*self._bounds, math.inf), self._counts, strict=True):
+            total += count
+            buckets.append((_bound(bound), total))
+        return cls(name, documentation, buckets=buckets, sum_value=self._sum)
+
+
+def _bound(value: float) -> str:
+    """prometheus_client's spelling of a bucket bound: ``1.0``, ``0.005``, ``+Inf``."""
+    return "+Inf" if value == math.inf else repr(float(value))
