@@ -85,7 +85,8 @@ class ModelServerApp:
         self._queue: InferenceQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(options.max_payload_mb * 1024 * 1024)
-        self._negotiated: dict[tuple[str | None, str], str | RequestError] = {}
+        self._negotiated: dict[tuple[bytes | None, bytes | None],
+                               tuple[str, str] | RequestError] = {}
         self.metrics = ServerMetrics(
             queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
             loaded=lambda: float(self.state is ModelState.READY))
@@ -206,11 +207,9 @@ class ModelServerApp:
         try:
             if self.state is not ModelState.READY or self._queue is None:
                 raise self._not_ready()
-            content_type, accept, length = _headers(scope)
+            raw_type, raw_accept, length = _headers(scope)
+            content_type, response_type = self._types(raw_type, raw_accept)
             handler = self.handler
-            if handler.content_types is not None and content_type not in handler.content_types:
-                raise _codecs.unsupported(content_type, handler.content_types)
-            response_type = self._negotiate(accept, content_type)
             body = await read_body(receive, self._limit, length)
             if len(body) > _INLINE_DECODE_BYTES:
                 data = await asyncio.get_running_loop().run_in_executor(
@@ -232,37 +231,49 @@ class ModelServerApp:
         finally:
             self.metrics.request(status, time.perf_counter() - started)
 
-    def _negotiate(self, accept: str | None, content_type: str) -> str:
-        # Clients repeat the same headers: remember each answer (a refusal is re-raised).
-        key = (accept, content_type)
+    def _types(self, raw_type: bytes | None, raw_accept: bytes | None) -> tuple[str, str]:
+        """``(content type, response type)`` for a request's Content-Type and Accept headers,
+        or the 415/406 refusal. Clients repeat the same headers: each answer is remembered."""
+        key = (raw_type, raw_accept)
         known = self._negotiated.get(key)
         if known is None:
-            try:
-                known = _codecs.negotiate(accept, content_type, self.handler.accepts)
-            except RequestError as e:
-                known = e
+            known = self._work_out_types(raw_type, raw_accept)
             if len(self._negotiated) < 256:
                 self._negotiated[key] = known
         if isinstance(known, RequestError):
             raise RequestError(known.status, known.error, known.detail)
         return known
 
+    def _work_out_types(self, raw_type: bytes | None,
+                        raw_accept: bytes | None) -> tuple[str, str] | RequestError:
+        content_type = _codecs.media_type(None if raw_type is None
+                                          else raw_type.decode("latin-1"))
+        accepted = self.handler.content_types
+        try:
+            if accepted is not None and content_type not in accepted:
+                raise _codecs.unsupported(content_type, accepted)
+            accept = None if raw_accept is None else raw_accept.decode("latin-1")
+            return content_type, _codecs.negotiate(accept, content_type, self.handler.accepts)
+        except RequestError as e:
+            return e
 
-def _headers(scope: Scope) -> tuple[str, str | None, int | None]:
-    content_type: str | None = None
-    accept: str | None = None
+
+def _headers(scope: Scope) -> tuple[bytes | None, bytes | None, int | None]:
+    """The raw Content-Type and Accept headers and the Content-Length."""
+    content_type: bytes | None = None
+    accept: bytes | None = None
     length: int | None = None
     for name, value in scope["headers"]:
         if name == b"content-type":
-            content_type = value.decode("latin-1")
+            content_type = value
         elif name == b"accept":
-            accept = value.decode("latin-1")
+            accept = value
         elif name == b"content-length":
             try:
                 length = int(value)
             except ValueError:
                 raise RequestError(400, "bad request", "Content-Length is not a number") from None
-    return _codecs.media_type(content_type), accept, length
+    return content_type, accept, length
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
