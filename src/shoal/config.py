@@ -61,6 +61,12 @@ def _settings_class() -> type[Any]:
         ray_address: str = "auto"
         ray_resources: dict[str, float] = Field(default_factory=dict)
         ray_namespace: str = "shoal"
+        #: Endpoints on the Ray backend (Ray Serve): where Serve's HTTP proxies listen when
+        #: shoal starts Serve (a cluster that already runs Serve keeps its own), and on which
+        #: nodes ("HeadOnly", "EveryNode"). Loopback by default: nothing is exposed.
+        ray_serve_host: str = "127.0.0.1"
+        ray_serve_port: int = Field(default=8000, ge=1, le=65535)
+        ray_serve_proxy_location: Literal["HeadOnly", "EveryNode"] = "HeadOnly"
         #: Token of a cluster with token authentication; default: the one 'shoal ray up'
         #: wrote under this home (``ray/auth_token``), if any.
         ray_auth_token_file: Path | None = None

@@ -1,5 +1,10 @@
 """Endpoints end to end: real model servers (``python -m shoal.serving``) on 127.0.0.1 under
-a detached supervisor, deployed with ``Model.deploy`` and called with ``Predictor``."""
+a detached supervisor, deployed with ``Model.deploy`` and called with ``Predictor``.
+
+The tests taking ``backend_session`` are the contract both backends keep: they run on the
+local backend and on a real two-node Ray cluster (Ray Serve, PostgreSQL metadata, S3 store),
+and nothing in them says which. The others are about the local supervisor's processes.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import signal
 import socket
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +21,7 @@ import pytest
 
 import shoal
 from helpers import wait_until
+from ray_cluster import ray_session
 from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.deserializers import CSVDeserializer, NumpyDeserializer
 from shoal.endpoints import EndpointService
@@ -78,6 +85,114 @@ def session(tmp_path: Path) -> Iterator[shoal.Session]:
     finally:
         s.backend.shutdown_launcher()
         s.close()
+
+
+RAY = pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.postgres, pytest.mark.s3])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(params=["local", RAY])
+def backend_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[shoal.Session]:
+    if request.param == "ray":
+        # Serve's proxy binds 127.0.0.1 on a free port (the first deploy on the cluster
+        # starts Serve; the records carry the address Serve really uses).
+        s = ray_session(request, tmp_path / "home", ray_serve_port=_free_port())
+    else:
+        s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
+    service = EndpointService(s)
+    with shoal.use(s):
+        yield s
+    try:
+        for record in s.metadata.list_endpoints():
+            service.delete(record.name)
+    finally:
+        if request.param == "local":
+            s.backend.shutdown_launcher()
+        s.close()
+
+
+def _unique(name: str) -> str:
+    """Endpoint names are cluster-wide on Ray Serve, and xdist workers share the cluster."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/ping", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_contract_two_instances_predict_describe_and_delete(backend_session, onnx_dir):
+    name = _unique("linear")
+    predictor = Model(onnx_dir).deploy(initial_instance_count=2, endpoint_name=name)
+    x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], dtype=np.float32)
+    expected = x @ W + B
+    assert np.allclose(predictor.predict(x.tolist()), expected)
+    predictor.serializer, predictor.deserializer = NumpySerializer(), NumpyDeserializer()
+    got = predictor.predict(x)
+    assert isinstance(got, np.ndarray) and np.allclose(got, expected)
+
+    record = predictor.describe()
+    assert record.status == EndpointStatus.IN_SERVICE and record.config.instance_count == 2
+    assert record.model_data == str(onnx_dir) and record.serving
+    assert all(i.host == "127.0.0.1" and _answers(i.url) for i in record.instances)
+
+    predictor.delete_endpoint()
+    assert backend_session.metadata.find_endpoint(name) is None
+    wait_until(lambda: not any(_answers(i.url) for i in record.instances), 30,
+               what="instances stopped answering")
+    with pytest.raises(EndpointNotFound, match=f"'{name}'"):
+        Predictor(name).predict(x.tolist())
+
+
+def test_contract_two_instances_share_the_requests(backend_session, tmp_path, onnx_dir):
+    src = _handler_dir(tmp_path, PID_HANDLER)
+    name = _unique("pair")
+    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
+        initial_instance_count=2, endpoint_name=name,
+        batching={"max_batch_size": 4, "max_batch_delay_ms": 1})
+    assert predictor.describe().config.entry_point == "serve.py"
+    pids: set[int] = set()
+
+    def both_served() -> bool:
+        answer = predictor.predict([[1, 2]])
+        assert answer["n"] == 1
+        pids.add(answer["pid"])
+        return len(pids) == 2
+
+    wait_until(both_served, 60, what="requests answered by both instances")
+    import httpx
+
+    for instance in predictor.describe().instances:
+        metrics = httpx.get(f"{instance.url}/metrics", timeout=5)
+        assert metrics.status_code == 200 and "shoal" in metrics.text
+
+
+def test_contract_a_model_that_fails_to_load_fails_with_the_reason(backend_session, tmp_path,
+                                                                   onnx_dir):
+    src = _handler_dir(tmp_path, """
+        def model_fn(model_dir):
+            raise RuntimeError("boom while loading the model")
+    """)
+    name = _unique("boom")
+    with pytest.raises(EndpointFailedError, match="boom while loading the model"):
+        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
+    record = EndpointService(backend_session).get(name)
+    assert record.status == EndpointStatus.FAILED and record.serving == ()
+    assert "RuntimeError" in record.failure_reason
+    assert "boom while loading the model" in record.failure_reason
+    with pytest.raises(shoal.ShoalError, match="already exists"):
+        Model(onnx_dir).deploy(endpoint_name=name)
+    EndpointService(backend_session).delete(name)
+    assert backend_session.metadata.find_endpoint(name) is None
 
 
 def _alive(pid: int) -> bool:

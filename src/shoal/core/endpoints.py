@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -125,6 +125,8 @@ class EndpointConfig:
     *port* fixes the first instance's port (instance *i* listens on ``port + i``); None picks
     free ports. *code* says the deployer shipped an entry point / source dir for ``code/``,
     *requirements* that it shipped a requirements file for the model's own environment.
+    *min_instances* / *max_instances* bound autoscaling (SageMaker's
+    ``managed_instance_scaling``); only an endpoint on Ray Serve scales, between them.
     """
 
     instance_count: int = 1
@@ -136,12 +138,25 @@ class EndpointConfig:
     code: bool = False
     entry_point: str | None = None
     requirements: bool = False
+    min_instances: int | None = None
+    max_instances: int | None = None
 
     def __post_init__(self) -> None:
         count = self.instance_count
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
             raise InvalidArgumentError(f"initial_instance_count must be an integer from 1 to "
                                        f"64, got {count!r}", argument="initial_instance_count")
+        if (self.min_instances is None) != (self.max_instances is None):
+            raise InvalidArgumentError("autoscaling needs both MinInstanceCount and "
+                                       "MaxInstanceCount", argument="managed_instance_scaling")
+        if self.min_instances is not None and not (
+                all(isinstance(n, int) and not isinstance(n, bool)
+                    for n in (self.min_instances, self.max_instances))
+                and 0 <= self.min_instances <= count <= int(self.max_instances or 0) <= 64):
+            raise InvalidArgumentError(
+                f"autoscaling bounds must be integers with 0 <= MinInstanceCount <= "
+                f"initial_instance_count <= MaxInstanceCount <= 64, got {self.min_instances!r}"
+                f" <= {count} <= {self.max_instances!r}", argument="managed_instance_scaling")
         if self.port is not None and (not isinstance(self.port, int) or isinstance(
                 self.port, bool) or not 1 <= self.port <= 65535 - count + 1):
             raise InvalidArgumentError(f"port must be an integer from 1 to 65535 (one port per "
@@ -158,7 +173,8 @@ class EndpointConfig:
                 "batching": self.batching.to_json() if self.batching else None,
                 "env": dict(self.env), "port": self.port,
                 "startup_timeout_s": self.startup_timeout_s, "code": self.code,
-                "entry_point": self.entry_point, "requirements": self.requirements}
+                "entry_point": self.entry_point, "requirements": self.requirements,
+                "min_instances": self.min_instances, "max_instances": self.max_instances}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EndpointConfig:
@@ -168,12 +184,30 @@ class EndpointConfig:
                    env=dict(data.get("env") or {}), port=data.get("port"),
                    startup_timeout_s=float(data.get("startup_timeout_s", 600.0)),
                    code=bool(data.get("code")), entry_point=data.get("entry_point"),
-                   requirements=bool(data.get("requirements")))
+                   requirements=bool(data.get("requirements")),
+                   min_instances=data.get("min_instances"),
+                   max_instances=data.get("max_instances"))
+
+    @classmethod
+    def parse_scaling(cls, value: Any) -> tuple[int | None, int | None]:
+        """SageMaker's ``managed_instance_scaling`` (``{"Status": "ENABLED",
+        "MinInstanceCount": 1, "MaxInstanceCount": 4}``) as (min, max); (None, None) when
+        absent or disabled."""
+        if value is None:
+            return None, None
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError('managed_instance_scaling must be a dict like {"Status": '
+                                       '"ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 4}',
+                                       argument="managed_instance_scaling")
+        if str(value.get("Status", "ENABLED")).upper() != "ENABLED":
+            return None, None
+        return value.get("MinInstanceCount"), value.get("MaxInstanceCount")
 
 
 @dataclass(frozen=True, slots=True)
 class EndpointInstance:
-    """One supervised server process of an endpoint."""
+    """One supervised server process of an endpoint, or (on Ray Serve) one HTTP proxy that
+    routes to its replicas under *path*."""
 
     index: int
     host: str
@@ -181,10 +215,12 @@ class EndpointInstance:
     pid: int | None = None
     status: InstanceStatus = InstanceStatus.PENDING
     restarts: int = 0
+    #: The route prefix the endpoint answers under at this address ("" for a model server).
+    path: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.host}:{self.port}{self.path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +235,16 @@ class EndpointRecord:
     updated_at: datetime
     failure_reason: str | None = None
     instances: tuple[EndpointInstance, ...] = ()
-    #: The supervisor process (``pid``, ``host``, ``start_ticks``): the local backend's handle.
+    #: The supervisor process (``pid``, ``host``, ``start_ticks``): the local backend's handle;
+    #: on Ray Serve the application (``backend: "ray-serve"``, ``application``,
+    #: ``route_prefix``), whose prefix every instance address serves under.
     supervisor: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        prefix = str(self.supervisor.get("route_prefix") or "")
+        if prefix and any(i.path != prefix for i in self.instances):
+            object.__setattr__(self, "instances",
+                               tuple(replace(i, path=prefix) for i in self.instances))
 
     @property
     def serving(self) -> tuple[EndpointInstance, ...]:

@@ -32,7 +32,7 @@ _DEPLOY_INERT = ("accelerator_type", "tags", "kms_key", "data_capture_config",
                  "async_inference_config", "serverless_inference_config", "volume_size",
                  "model_data_download_timeout", "inference_recommendation_id",
                  "explainer_config", "accept_eula", "endpoint_logging", "resources",
-                 "endpoint_type", "managed_instance_scaling", "inference_component_name",
+                 "endpoint_type", "inference_component_name",
                  "routing_config", "model_reference_arn", "update_endpoint")
 
 
@@ -90,6 +90,7 @@ class Model:
                wait: bool = True, batching: Mapping[str, Any] | BatchingOptions | None = None,
                port: int | None = None,
                container_startup_health_check_timeout: float | None = None,
+               managed_instance_scaling: Mapping[str, Any] | None = None,
                **kwargs: Any) -> Any:
         """Start an endpoint serving this model; return a ``Predictor`` for it.
 
@@ -97,7 +98,10 @@ class Model:
         raises ``EndpointFailedError`` with the reason (the server's traceback, a port in use,
         a model directory with nothing to serve...). *batching* (``{"max_batch_size": 8,
         "max_batch_delay_ms": 5}``) turns on the server's dynamic batching; *port* fixes the
-        first instance's port (the next ones follow it).
+        first instance's port (the next ones follow it). *managed_instance_scaling*
+        (``{"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 4}``, SageMaker's)
+        lets an endpoint on Ray Serve scale between those bounds; the local backend keeps
+        ``initial_instance_count`` instances.
         """
         unknown = sorted(set(kwargs) - set(_DEPLOY_INERT))
         if unknown:
@@ -105,7 +109,9 @@ class Model:
                                        arguments=unknown)
         instance_type = instance_type or "local"
         resolve_instance_type(instance_type)  # an unknown type fails here, naming the family
+        low, high = EndpointConfig.parse_scaling(managed_instance_scaling)
         config = EndpointConfig(
+            min_instances=low, max_instances=high,
             instance_count=1 if initial_instance_count is None else initial_instance_count,
             instance_type=instance_type, batching=BatchingOptions.parse(batching),
             env=self.env, port=port,

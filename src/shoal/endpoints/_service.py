@@ -51,8 +51,14 @@ class EndpointService:
     def create(self, name: str, *, model_data: str, config: EndpointConfig,
                code_archive: Path | None = None,
                requirements: str | None = None) -> EndpointRecord:
-        """Store the endpoint (Creating) and start its supervisor."""
+        """Store the endpoint (Creating) and start its supervisor, or, with the Ray backend,
+        its Ray Serve application."""
         session = self._session
+        on_serve = self._on_ray_serve()
+        if on_serve:
+            from shoal.endpoints import _ray_serve
+
+            _ray_serve.check_config(config)
         record: EndpointRecord = self.metadata.create_endpoint(name, model_data=model_data,
                                                                config=config)
         try:
@@ -64,10 +70,16 @@ class EndpointService:
             if requirements is not None:
                 artifacts.put_bytes(endpoint_key(name, "env", "requirements.txt"),
                                     requirements.encode())
-            info = session.backend.launch(ExecContext(
-                job=JobName(f"endpoint-{name}"), entrypoint=_SUPERVISOR_ENTRY, args=(name,),
-                env=session.supervisor_env()))
-            self.metadata.set_endpoint_supervisor(name, info.to_json())
+            if on_serve:
+                handle = _ray_serve.deploy(
+                    session, name, model_data=model_data, config=config,
+                    code_key=endpoint_key(name, "code", "code.tar.gz") if code_archive else None)
+                self.metadata.set_endpoint_supervisor(name, handle)
+            else:
+                info = session.backend.launch(ExecContext(
+                    job=JobName(f"endpoint-{name}"), entrypoint=_SUPERVISOR_ENTRY,
+                    args=(name,), env=session.supervisor_env()))
+                self.metadata.set_endpoint_supervisor(name, info.to_json())
         except EndpointNotFound:
             raise  # deleted while it was being created
         except Exception as e:
@@ -76,6 +88,10 @@ class EndpointService:
                                               failure_reason=f"could not start: {e}")
             raise
         return record
+
+    def _on_ray_serve(self) -> bool:
+        """Endpoints go to Ray Serve when the session's backend is Ray."""
+        return getattr(self._session.backend, "name", None) == "ray"
 
     def supervisor_log(self, name: str) -> Path:
         return Path(self._session.home) / "run" / "supervisors" / f"endpoint-{name}.log"
@@ -126,9 +142,14 @@ class EndpointService:
         return [r for r in map(self._reap, self.metadata.list_endpoints()) if r is not None]
 
     def _reap(self, record: EndpointRecord) -> EndpointRecord | None:
-        """An endpoint whose supervisor is gone can serve no more: say so on its record."""
+        """An endpoint whose supervisor is gone can serve no more: say so on its record. One
+        on Ray Serve follows its application instead."""
         if record.status not in (*_LIVE, EndpointStatus.DELETING) or not record.supervisor:
             return record
+        if record.supervisor.get("backend") == "ray-serve":
+            from shoal.endpoints import _ray_serve
+
+            return _ray_serve.refresh(self._session, record)
         if self._session.backend.is_alive(record.supervisor) is not False:
             return record
         if record.status == EndpointStatus.DELETING:
@@ -162,6 +183,12 @@ class EndpointService:
             with contextlib.suppress(InvalidTransitionError):
                 record = self.metadata.update_endpoint(name, status=EndpointStatus.DELETING)
         backend = self._session.backend
+        if record.supervisor.get("backend") == "ray-serve":
+            from shoal.endpoints import _ray_serve
+
+            _ray_serve.delete(self._session, record)
+            self.metadata.delete_endpoint(name)
+            return
         if record.supervisor and backend.is_alive(record.supervisor):
             backend.signal_stop(record.supervisor)
             deadline = time.monotonic() + timeout

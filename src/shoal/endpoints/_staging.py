@@ -19,8 +19,8 @@ from pathlib import Path
 
 from shoal.errors import InvalidArgumentError, ServingError
 
-__all__ = ["check_model_data", "code_requirements", "pack_code", "server_requirements",
-           "serving_pythonpath", "stage_model"]
+__all__ = ["check_model_data", "code_requirements", "is_local", "local_path", "pack_code",
+           "server_requirements", "serving_pythonpath", "stage_model"]
 
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
@@ -51,11 +51,11 @@ def pack_code(archive: Path, *, entry_point: str | None, source_dir: Path | None
             tar.add(path, arcname="inference.py")
 
 
-def _is_local(uri: str) -> bool:
+def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
-def _local_path(uri: str) -> Path:
+def local_path(uri: str) -> Path:
     if uri.startswith("file://"):
         from urllib.parse import unquote, urlparse
 
@@ -65,8 +65,8 @@ def _local_path(uri: str) -> Path:
 
 def check_model_data(model_data: str) -> None:
     """Fail early, on the client, for a local model_data that is not there."""
-    if _is_local(model_data):
-        path = _local_path(model_data)
+    if is_local(model_data):
+        path = local_path(model_data)
         if not path.exists():
             raise InvalidArgumentError(f"model_data {model_data} does not exist (looked for "
                                        f"{path.resolve()})", argument="model_data")
@@ -86,8 +86,8 @@ def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> 
     code is added, else a copy or unpacked archive under *target* with ``code/`` added."""
     if target.exists():
         shutil.rmtree(target)
-    if _is_local(model_data):
-        path = _local_path(model_data).resolve()
+    if is_local(model_data):
+        path = local_path(model_data).resolve()
         if path.is_dir():
             if code_archive is None:
                 return path

@@ -1,0 +1,480 @@
+"""Endpoints on Ray Serve: what ``deploy()`` does when the session's backend is Ray.
+
+The client ships the model through the artifact store (a local directory or file is uploaded
+under ``endpoints/<name>/model/``; a URL is used as it is), then runs one Serve application
+per endpoint (``shoal-<name>``, route prefix ``/endpoints/<name>``) whose deployment has
+``initial_instance_count`` replicas (or Serve's autoscaling between the
+``managed_instance_scaling`` bounds). Each replica (``EndpointReplica``) stages the model on
+its node and hosts the model server's own ASGI app (``shoal.serving.create_app``, or the LLM
+server's for a ``serving.properties`` directory): same handlers, batching and routes. It
+starts the app's lifespan and waits for the model in its constructor, so a model that cannot
+load fails the replica with the reason, and Serve fails the application with it.
+
+The Serve controller keeps the replicas running, so no shoal supervisor is needed; the
+endpoint's record follows the application: ``refresh`` (on every read, as ``_reap`` does for
+supervised endpoints) moves it Creating -> InService with the proxies' addresses, or to
+Failed with Serve's message. ``delete`` deletes the application.
+
+``ray`` is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tarfile
+import tempfile
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from shoal.core.endpoints import (
+    EndpointConfig,
+    EndpointInstance,
+    EndpointRecord,
+    EndpointStatus,
+    InstanceStatus,
+)
+from shoal.core.resources import resolve_instance_type
+from shoal.errors import (
+    BackendUnavailableError,
+    EndpointNotFound,
+    InvalidArgumentError,
+    InvalidTransitionError,
+    ModelLoadError,
+)
+
+__all__ = ["BACKEND", "EndpointReplica", "delete", "deploy", "deployment_options",
+           "is_serve", "refresh", "replica_env"]
+
+BACKEND = "ray-serve"
+#: The deployment's name inside each endpoint's application.
+DEPLOYMENT = "model"
+#: Client variables that mean nothing on a node (the node's own win), as for Ray jobs.
+_MACHINE_VARS = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
+                           "PYTHONHOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PWD",
+                           "PYTHONPATH"})
+#: Requests a replica accepts at once: the model server queues and batches them itself.
+_MAX_ONGOING = 256
+#: Serve loads it by this path, in the proxy.
+_ROUTER = "shoal.endpoints._ray_router:SpreadRouter"
+#: A replica whose constructor fails this many times fails the application.
+_CONSTRUCTOR_RETRIES = 3
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def app_name(endpoint: str) -> str:
+    return f"shoal-{endpoint}"
+
+
+def route_prefix(endpoint: str) -> str:
+    return f"/endpoints/{endpoint}"
+
+
+def is_serve(record: EndpointRecord) -> bool:
+    return record.supervisor.get("backend") == BACKEND
+
+
+# --- the client's side -------------------------------------------------------------------
+
+
+def _ray(session: Any) -> Any:
+    """The ray module, connected to the session's cluster (through its backend)."""
+    backend = session.backend
+    if getattr(backend, "name", None) != "ray":
+        raise BackendUnavailableError(
+            "this endpoint runs on Ray Serve; select the Ray backend (SHOAL_BACKEND=ray and "
+            "SHOAL_RAY_ADDRESS) to manage it")
+    backend.alive_nodes()  # connects (token auth included) or says why it cannot
+    import ray
+
+    return ray
+
+
+def _serve() -> Any:
+    """``ray.serve``, imported without its import-time deprecation warnings (pydantic's, from
+    Ray's own schemas: nothing a shoal user can act on)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from ray import serve
+        from ray.serve import api, context  # noqa: F401 - loaded here, under the filter
+
+    return serve
+
+
+def replica_env(client_env: Mapping[str, str], config: EndpointConfig) -> dict[str, str]:
+    """The replicas' environment: the client's (cloud credentials, store endpoints), less
+    shoal's settings, Ray's own and machine-specific variables, plus the model's ``env``."""
+    env = {k: v for k, v in client_env.items()
+           if k not in _MACHINE_VARS and not k.startswith(("SHOAL_", "RAY_"))}
+    env.update(config.env)
+    if config.entry_point:
+        env.setdefault("SAGEMAKER_PROGRAM", "inference.py")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def deployment_options(config: EndpointConfig, env: Mapping[str, str], *,
+                       spread: bool = True) -> dict[str, Any]:
+    """Serve deployment options for *config*: replicas (or autoscaling bounds) and what each
+    replica reserves (its instance type, as for jobs: ``local`` reserves one CPU). *spread*
+    (one proxy, on the head) routes over every replica rather than the proxy's node's first
+    (``_ray_router.SpreadRouter``)."""
+    itype = resolve_instance_type(config.instance_type)
+    actor: dict[str, Any] = {"num_cpus": float(itype.cpus or 1),
+                             "runtime_env": {"env_vars": dict(env)}}
+    if itype.gpus:
+        actor["num_gpus"] = float(itype.gpus)
+    if itype.memory_gib:
+        actor["memory"] = int(itype.memory_gib * 1024 ** 3)
+    options: dict[str, Any] = {"name": DEPLOYMENT, "ray_actor_options": actor,
+                               "max_ongoing_requests": _MAX_ONGOING,
+                               "max_constructor_retry_count": _CONSTRUCTOR_RETRIES}
+    if spread:
+        options["request_router_config"] = {"request_router_class": _ROUTER}
+    if config.min_instances is not None:
+        options["autoscaling_config"] = {"min_replicas": config.min_instances,
+                                         "max_replicas": config.max_instances,
+                                         "initial_replicas": config.instance_count}
+    else:
+        options["num_replicas"] = config.instance_count
+    return options
+
+
+def ship_model(session: Any, name: str, model_data: str) -> str:
+    """A URL every node can read: *model_data* when it is one, else an upload of it."""
+    from shoal.endpoints._service import endpoint_key
+    from shoal.endpoints._staging import is_local, local_path
+
+    if not is_local(model_data):
+        return model_data
+    path = local_path(model_data).resolve()
+    artifacts = session.artifacts
+    if path.is_file():
+        key = endpoint_key(name, "model", path.name)
+        artifacts.put_file(key, path)
+        return str(artifacts.uri(key))
+    key = endpoint_key(name, "model", "model.tar.gz")
+    with tempfile.TemporaryDirectory(prefix="shoal-ship-") as tmp:
+        archive = Path(tmp) / "model.tar.gz"
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+            for item in sorted(path.iterdir()):
+                if item.name not in ("__pycache__", ".git"):
+                    tar.add(item, arcname=item.name)
+        artifacts.put_file(key, archive)
+    return str(artifacts.uri(key))
+
+
+def check_config(config: EndpointConfig) -> None:
+    """Refuse, before anything is recorded, what Ray Serve endpoints cannot do yet."""
+    if config.requirements:
+        raise InvalidArgumentError(
+            "a model's own environment (a requirements file) is not available on Ray Serve "
+            "yet: install the model's packages on the cluster's nodes, or deploy with the "
+            "local backend", argument="dependencies")
+    if config.port is not None:
+        raise InvalidArgumentError(
+            "port= fixes a local model server's port; on Ray Serve every endpoint answers on "
+            "Serve's HTTP proxy (SHOAL_RAY_SERVE_PORT) under /endpoints/<name>",
+            argument="port")
+
+
+def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
+           code_key: str | None) -> dict[str, Any]:
+    """Run the endpoint's Serve application (without waiting for it); return the handle to
+    keep on its record."""
+    settings = session.settings
+    env = session.supervisor_env()
+    ray = _ray(session)
+    session.backend.check_submission(env)  # the replicas read the model from the store
+    serve = _serve()
+    from ray.serve.api import RunTarget
+
+    spec = {"endpoint": name, "model_uri": ship_model(session, name, model_data),
+            "code_uri": session.artifacts.uri(code_key) if code_key else None,
+            "batching": config.batching.to_json() if config.batching else None,
+            "startup_timeout_s": config.startup_timeout_s}
+    try:
+        serve.start(proxy_location=settings.ray_serve_proxy_location,
+                    http_options={"host": settings.ray_serve_host,
+                                  "port": settings.ray_serve_port})
+        ingress = serve.ingress()(EndpointReplica)
+        options = deployment_options(
+            config, replica_env(env, config),
+            spread=settings.ray_serve_proxy_location == "HeadOnly")
+        deployment = serve.deployment(**options)(ingress)
+        serve.run_many([RunTarget(deployment.bind(spec), name=app_name(name),
+                                  route_prefix=route_prefix(name))],
+                       wait_for_ingress_deployment_creation=False,
+                       wait_for_applications_running=False)
+    except (ray.exceptions.RayError, RuntimeError, ValueError) as e:
+        raise BackendUnavailableError(f"Ray Serve refused endpoint {name!r}: {e}",
+                                      endpoint=name) from e
+    return {"backend": BACKEND, "application": app_name(name),
+            "route_prefix": route_prefix(name), "pid": 0}
+
+
+def _serve_details(ray: Any) -> dict[str, Any]:
+    """Serve's own view of the cluster (HTTP options, proxies, applications); {} when Serve
+    is not running. ``serve.status()`` omits the HTTP address, hence the controller's
+    details (what Serve's dashboard shows)."""
+    _serve()
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    return dict(client.get_serve_details()) if client is not None else {}
+
+
+def _text(value: Any) -> str:
+    """A status from Serve's details: an enum member or its value."""
+    return str(getattr(value, "value", value))
+
+
+def _addresses(ray: Any, details: Mapping[str, Any]) -> list[tuple[str, int]]:
+    http = details.get("http_options") or {}
+    host, port = str(http.get("host") or "127.0.0.1"), int(http.get("port") or 8000)
+    proxies = details.get("proxies") or {}
+    hosts = []
+    for proxy in proxies.values():
+        if _text(proxy.get("status")) != "HEALTHY":
+            continue
+        node_ip = str(proxy.get("node_ip") or host)
+        hosts.append(node_ip if host in ("0.0.0.0", "::") else host)
+    return [(h, port) for h in sorted(set(hosts))] or [(host, port)]
+
+
+def refresh(session: Any, record: EndpointRecord) -> EndpointRecord | None:
+    """Bring the record in line with its Serve application; None once it is gone."""
+    if record.status not in (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE,
+                             EndpointStatus.UPDATING, EndpointStatus.DELETING):
+        return record
+    try:
+        ray = _ray(session)
+    except BackendUnavailableError:
+        return record  # another backend's session: show the record as it stands
+    details = _serve_details(ray)
+    app = (details.get("applications") or {}).get(record.supervisor.get("application"))
+    store = session.metadata
+    if record.status == EndpointStatus.DELETING:
+        if app is None:
+            store.delete_endpoint(record.name)
+            return None
+        return record
+    status = _text(app.get("status")) if app else None
+    try:
+        if status is None:
+            return _fail(store, record, "its Ray Serve application "
+                         f"{record.supervisor.get('application')!r} is gone (the cluster "
+                         "restarted, or it was deleted outside shoal)")
+        if status == "DEPLOY_FAILED" and app is not None:
+            return _fail(store, record, _app_message(app))
+        if status == "RUNNING" and record.status == EndpointStatus.CREATING:
+            for index, (host, port) in enumerate(_addresses(ray, details)):
+                store.put_endpoint_instance(record.name, EndpointInstance(
+                    index, host, port, None, InstanceStatus.IN_SERVICE))
+            store.update_endpoint(record.name, status=EndpointStatus.IN_SERVICE,
+                                  expected=EndpointStatus.CREATING)
+            return store.get_endpoint(record.name)  # type: ignore[no-any-return]
+    except (InvalidTransitionError, EndpointNotFound):
+        return store.find_endpoint(record.name)  # type: ignore[no-any-return]
+    return record
+
+
+def _app_message(app: Mapping[str, Any]) -> str:
+    """Serve's reason, shortened to what a person acts on: its first line and the replica's
+    own traceback (the innermost one; the outer ones are Ray's plumbing)."""
+    import re
+
+    texts = [str(app.get("message") or "")]
+    texts += [str(d.get("message") or "") for d in (app.get("deployments") or {}).values()]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(t for t in texts if t.strip()))
+    marker = "Traceback (most recent call last):"
+    head = [line for line in text.splitlines()[:3] if line.strip() and marker not in line]
+    reason = "Ray Serve could not start the endpoint's replicas"
+    if marker not in text:
+        return f"{reason}: {text.strip() or 'no reason given'}"
+    summary = " ".join(line.strip() for line in head if "failed to start" in line)
+    trace = text[text.rindex(marker):].strip()
+    return f"{reason}{f' ({summary})' if summary else ''}:\n{trace}"
+
+
+def _fail(store: Any, record: EndpointRecord, reason: str) -> EndpointRecord:
+    store.update_endpoint(record.name, status=EndpointStatus.FAILED, failure_reason=reason)
+    store.remove_endpoint_instances(record.name)
+    return store.get_endpoint(record.name)  # type: ignore[no-any-return]
+
+
+def delete(session: Any, record: EndpointRecord) -> None:
+    """Delete the endpoint's Serve application (waits until its replicas are gone)."""
+    ray = _ray(session)
+    serve = _serve()
+    try:
+        serve.delete(str(record.supervisor.get("application")), _blocking=True)
+    except ray.exceptions.RayError as e:
+        raise BackendUnavailableError(f"cannot delete the Ray Serve application of endpoint "
+                                      f"{record.name!r}: {e}", endpoint=record.name) from e
+
+
+# --- on the replica ----------------------------------------------------------------------
+
+
+class _Lifespan:
+    """Drives an ASGI app's lifespan (startup now, shutdown later) on the current loop."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _send(self, message: Message) -> None:
+        await self._outbox.put(message)
+
+    async def startup(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
+                 "state": {}}
+        self._task = asyncio.ensure_future(self._app(scope, self._inbox.get, self._send))
+        await self._inbox.put({"type": "lifespan.startup"})
+        answer = await self._outbox.get()
+        if answer["type"] != "lifespan.startup.complete":
+            raise ModelLoadError(f"the model server did not start: {answer.get('message')}")
+
+    async def shutdown(self) -> None:
+        if self._task is None or self._task.done():
+            return
+        await self._inbox.put({"type": "lifespan.shutdown"})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._outbox.get(), 30)
+
+
+def _fetch(uri: str, target: Path) -> None:
+    import fsspec.core
+
+    fs, path = fsspec.core.url_to_fs(uri)
+    fs.get(path, str(target))
+
+
+def _stage(spec: Mapping[str, Any], root: Path) -> Path:
+    from shoal.endpoints._staging import stage_model
+
+    code = None
+    if spec.get("code_uri"):
+        code = root / "code.tar.gz"
+        _fetch(str(spec["code_uri"]), code)
+    return stage_model(str(spec["model_uri"]), root / "model", code_archive=code)
+
+
+def _build_app(model_dir: Path, spec: Mapping[str, Any]) -> Any:
+    """The model server's ASGI app for *model_dir* (the LLM server's for an LLM)."""
+    from shoal.config import shoal_environ
+    from shoal.serving import ServerOptions, create_app
+
+    batching = spec.get("batching") or {}
+    options = ServerOptions.from_env(shoal_environ(),
+                                     max_batch_size=batching.get("max_batch_size"),
+                                     max_batch_delay_ms=batching.get("max_batch_delay_ms"))
+    if (model_dir / "serving.properties").is_file():
+        return _llm_app(model_dir, options)
+    return create_app(model_dir, options=options)
+
+
+def _llm_app(model_dir: Path, options: Any) -> Any:
+    """The LLM server's app for a ``serving.properties`` directory, as ``python -m
+    shoal.serving`` builds it. shoal.llm sits above the endpoints: its modules are found by
+    dotted path, as the model server finds them."""
+    import importlib
+
+    from shoal.config import djl_environ
+
+    properties = importlib.import_module("shoal.llm.serving._properties")
+    llm = properties.load_serving_options(properties.find_properties(model_dir), djl_environ())
+    if not llm.entry_point:
+        app_module = importlib.import_module("shoal.llm.serving._app")
+        return app_module.LlmServerApp(llm, options)
+    run = importlib.import_module("shoal.llm.serving._run")
+    script_app = getattr(run, "_script_app", None)
+    if script_app is None:  # moved beside the DJL-style handlers
+        script_app = importlib.import_module("shoal.llm.serving._custom").entry_point_app
+    return script_app(llm, options, None)
+
+
+class EndpointReplica:
+    """One Serve replica of an endpoint (wrapped by ``serve.ingress()`` in the client): stage
+    the model, build the model server's app, start it and wait for the model; then Serve
+    sends it the HTTP requests under the endpoint's route prefix."""
+
+    async def __init__(self, spec: Mapping[str, Any]) -> None:  # type: ignore[misc]
+        self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))
+        try:
+            model_dir = await asyncio.to_thread(_stage, spec, self._root)
+            self._app = await asyncio.to_thread(_build_app, model_dir, spec)
+            self._lifespan = _Lifespan(self._app)
+            await self._lifespan.startup()
+            await self._wait_loaded(float(spec.get("startup_timeout_s") or 600))
+        except BaseException:
+            shutil.rmtree(self._root, ignore_errors=True)
+            raise
+
+    async def _wait_loaded(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = 0.01
+        while str(self._app.state) == "loading":
+            if loop.time() >= deadline:
+                await self._lifespan.shutdown()
+                raise ModelLoadError(f"the model did not load within {timeout:g} s "
+                                     "(container_startup_health_check_timeout)")
+            await asyncio.sleep(delay)  # the app loads on its own thread
+            delay = min(delay * 2, 0.1)
+        if str(self._app.state) != "ready":
+            error = self._app.load_error
+            await self._lifespan.shutdown()
+            cause = error.__cause__ or error if error is not None else None
+            trace = "".join(traceback.format_exception(cause)) if cause is not None else ""
+            raise ModelLoadError(f"{error}\n{trace}".rstrip())
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return _Mounted(self._app, self._lifespan, self._root)
+
+    async def check_health(self) -> None:
+        if str(self._app.state) != "ready":
+            raise ModelLoadError(f"the model is {self._app.state}: {self._app.load_error}")
+
+
+class _Mounted:
+    """The started app as Serve hosts it: requests arrive under the route prefix (stripped
+    here, so the app sees ``/invocations``); Serve's own lifespan stops the app."""
+
+    def __init__(self, app: Any, lifespan: _Lifespan, root: Path) -> None:
+        self._app = app
+        self._lifespan = lifespan
+        self._root = root
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+            return
+        root = scope.get("root_path") or ""
+        path = scope.get("path") or "/"
+        if root and path.startswith(root):
+            scope = dict(scope, path=path[len(root):] or "/", root_path="")
+        await self._app(scope, receive, send)
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})  # started in __init__
+            elif message["type"] == "lifespan.shutdown":
+                await self._lifespan.shutdown()
+                shutil.rmtree(self._root, ignore_errors=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
