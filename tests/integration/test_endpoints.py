@@ -1,7 +1,7 @@
 """Endpoints end to end: real model servers (``python -m shoal.serving``) on 127.0.0.1 under
 a detached supervisor, deployed with ``Model.deploy`` and called with ``Predictor``.
 
-The tests taking ``backend_session`` are the contract both backends keep: they run on the
+The tests taking ``endpoint_session`` (tests/integration/conftest.py) are the contract both backends keep: they run on the
 local backend and on a real two-node Ray cluster (Ray Serve, PostgreSQL metadata, S3 store),
 and nothing in them says which. The others are about the local supervisor's processes.
 """
@@ -21,7 +21,6 @@ import pytest
 
 import shoal
 from helpers import wait_until
-from ray_cluster import ray_session
 from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.deserializers import CSVDeserializer, NumpyDeserializer
 from shoal.endpoints import EndpointService
@@ -87,35 +86,6 @@ def session(tmp_path: Path) -> Iterator[shoal.Session]:
         s.close()
 
 
-RAY = pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.postgres, pytest.mark.s3])
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture(params=["local", RAY])
-def backend_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[shoal.Session]:
-    if request.param == "ray":
-        # Serve's proxy binds 127.0.0.1 on a free port (the first deploy on the cluster
-        # starts Serve; the records carry the address Serve really uses).
-        s = ray_session(request, tmp_path / "home", ray_serve_port=_free_port())
-    else:
-        s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
-    service = EndpointService(s)
-    with shoal.use(s):
-        yield s
-    try:
-        for record in s.metadata.list_endpoints():
-            service.delete(record.name)
-    finally:
-        if request.param == "local":
-            s.backend.shutdown_launcher()
-        s.close()
-
-
 def _unique(name: str) -> str:
     """Endpoint names are cluster-wide on Ray Serve, and xdist workers share the cluster."""
     return f"{name}-{uuid.uuid4().hex[:8]}"
@@ -130,7 +100,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_contract_two_instances_predict_describe_and_delete(backend_session, onnx_dir):
+def test_contract_two_instances_predict_describe_and_delete(endpoint_session, onnx_dir):
     name = _unique("linear")
     predictor = Model(onnx_dir).deploy(initial_instance_count=2, endpoint_name=name)
     x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], dtype=np.float32)
@@ -146,14 +116,14 @@ def test_contract_two_instances_predict_describe_and_delete(backend_session, onn
     assert all(i.host == "127.0.0.1" and _answers(i.url) for i in record.instances)
 
     predictor.delete_endpoint()
-    assert backend_session.metadata.find_endpoint(name) is None
+    assert endpoint_session.metadata.find_endpoint(name) is None
     wait_until(lambda: not any(_answers(i.url) for i in record.instances), 30,
                what="instances stopped answering")
     with pytest.raises(EndpointNotFound, match=f"'{name}'"):
         Predictor(name).predict(x.tolist())
 
 
-def test_contract_two_instances_share_the_requests(backend_session, tmp_path, onnx_dir):
+def test_contract_two_instances_share_the_requests(endpoint_session, tmp_path, onnx_dir):
     src = _handler_dir(tmp_path, PID_HANDLER)
     name = _unique("pair")
     predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
@@ -176,7 +146,7 @@ def test_contract_two_instances_share_the_requests(backend_session, tmp_path, on
         assert metrics.status_code == 200 and "shoal" in metrics.text
 
 
-def test_contract_a_model_that_fails_to_load_fails_with_the_reason(backend_session, tmp_path,
+def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_session, tmp_path,
                                                                    onnx_dir):
     src = _handler_dir(tmp_path, """
         def model_fn(model_dir):
@@ -185,14 +155,14 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(backend_sessi
     name = _unique("boom")
     with pytest.raises(EndpointFailedError, match="boom while loading the model"):
         Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
-    record = EndpointService(backend_session).get(name)
+    record = EndpointService(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     assert "RuntimeError" in record.failure_reason
     assert "boom while loading the model" in record.failure_reason
     with pytest.raises(shoal.ShoalError, match="already exists"):
         Model(onnx_dir).deploy(endpoint_name=name)
-    EndpointService(backend_session).delete(name)
-    assert backend_session.metadata.find_endpoint(name) is None
+    EndpointService(endpoint_session).delete(name)
+    assert endpoint_session.metadata.find_endpoint(name) is None
 
 
 def _alive(pid: int) -> bool:

@@ -5,6 +5,7 @@ a bad value or a model that cannot be found fails the endpoint, saying which and
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,10 +25,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_llm(tmp_path_factory.mktemp("llm") / "model")
 
 
-def test_deploy_predict_and_delete_an_llm(session, model_dir):
+def test_deploy_predict_and_delete_an_llm(endpoint_session, model_dir):
+    """Part of the endpoint contract: also on Ray Serve (tests/integration/conftest.py)."""
     want = Reference(model_dir).text("A reef answers", 8)
     predictor = Model(model_data=str(model_dir), env={"OMP_NUM_THREADS": "1"}).deploy(
-        endpoint_name="tiny-llm")
+        endpoint_name=f"tiny-llm-{uuid.uuid4().hex[:8]}")
     try:
         answer = predictor.predict({"inputs": "A reef answers",
                                     "parameters": {"max_new_tokens": 8, "do_sample": False}})

@@ -399,11 +399,9 @@ def _llm_app(model_dir: Path, options: Any) -> Any:
     if not llm.entry_point:
         app_module = importlib.import_module("shoal.llm.serving._app")
         return app_module.LlmServerApp(llm, options)
-    run = importlib.import_module("shoal.llm.serving._run")
-    script_app = getattr(run, "_script_app", None)
-    if script_app is None:  # moved beside the DJL-style handlers
-        script_app = importlib.import_module("shoal.llm.serving._custom").entry_point_app
-    return script_app(llm, options, None)
+    custom = importlib.import_module("shoal.llm.serving._custom")
+    custom.check_entry_point(llm)  # a missing or handler-less file fails here, as in serve()
+    return custom.entry_point_app(llm, options, None)
 
 
 class EndpointReplica:
