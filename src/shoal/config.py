@@ -70,6 +70,10 @@ def _settings_class() -> type[Any]:
         #: Token of a cluster with token authentication; default: the one 'shoal ray up'
         #: wrote under this home (``ray/auth_token``), if any.
         ray_auth_token_file: Path | None = None
+        #: Ray backend: how long a warm supervisor actor waits for the next job when a
+        #: ``@remote`` or ``RemoteExecutor`` job sets no ``keep_alive_period_in_seconds``
+        #: (it holds its resources meanwhile); 0 gives every such job an actor of its own.
+        ray_keep_alive_seconds: int = Field(default=60, ge=0, le=3600)
         max_slots: int | None = None
         launch_mode: Literal["forkserver", "spawn"] = "forkserver"
         launcher_idle_seconds: float = 600.0

@@ -23,7 +23,7 @@ from typing import Any
 
 from shoal.errors import ConfigError
 
-__all__ = ["Session", "current", "supervisor_main", "use"]
+__all__ = ["Session", "current", "serve_warm_main", "supervisor_main", "use"]
 
 logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
@@ -272,12 +272,16 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     session.metadata.close()  # dispose pooled connections; the engine and its caches stay
 
 
-def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float) -> None:
-    """Stay alive for *keep_alive* seconds after each job and take the next one handed over."""
+def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float,
+                endpoint: Any = None) -> None:
+    """Stay alive for *keep_alive* seconds after each job and take the next one handed over
+    (on *endpoint*, or a new one for *pool*)."""
     from shoal.jobs._child import replace_environ
 
-    endpoint = session.backend.warm_endpoint(pool)
+    if endpoint is None:
+        endpoint = session.backend.warm_endpoint(pool)
     try:
+        endpoint.release()  # claimable from now on (if the first job did not release it)
         while (request := endpoint.next_job(keep_alive, supervisor.stop_requested)) is not None:
             replace_environ(request.env)  # each job runs with its own client's environment
             try:
@@ -291,27 +295,64 @@ def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float)
         endpoint.close()
 
 
-def supervisor_main(job: str, *batch: str) -> int:
-    """Entry point of a job's supervisor process (forked by the launcher or spawned); with
-    *batch*, *job* names a batch and *batch* its jobs (``JobService.submit_batch``)."""
+def _supervisor(session: Session, *, warm: bool) -> Any:
     from shoal.jobs.driver import Supervisor
     from shoal.jobs.slots import SlotPool
 
+    return Supervisor(session.jobs, work_root=session.home / "work",
+                      slots=SlotPool(session.home / "slots", session.max_slots),
+                      fork=session.settings.job_process == "fork",
+                      envs=session.env_builder, warm=warm,
+                      run_dir=session.home / "run",
+                      zygote_idle_seconds=session.settings.zygote_idle_seconds)
+
+
+def supervisor_main(job: str, *batch: str) -> int:
+    """Entry point of a job's supervisor process (forked by the launcher or spawned); with
+    *batch*, *job* names a batch and *batch* its jobs (``JobService.submit_batch``)."""
     session = _WARM.get(_warm_key(os.environ)) or Session()
     pool = os.environ.get("SHOAL_WARM_POOL_DIR")
     keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)
+    endpoint = None
     try:
-        supervisor = Supervisor(session.jobs, work_root=session.home / "work",
-                                slots=SlotPool(session.home / "slots", session.max_slots),
-                                fork=session.settings.job_process == "fork",
-                                envs=session.env_builder, warm=bool(pool),
-                                run_dir=session.home / "run",
-                                zygote_idle_seconds=session.settings.zygote_idle_seconds)
-        code = supervisor.run_batch(job, batch) if batch else supervisor.run(job)
+        supervisor = _supervisor(session, warm=bool(pool))
         if pool and keep_alive > 0:
-            _serve_warm(session, supervisor, pool, keep_alive)
+            # Listen (busy) before the first job ends, and become claimable just before its
+            # end is recorded: a client that sees it end and calls again finds this worker.
+            endpoint = session.backend.warm_endpoint(pool, busy=True)
+            supervisor.before_finish = endpoint.release
+        code = supervisor.run_batch(job, batch) if batch else supervisor.run(job)
+        if endpoint is not None:
+            serving, endpoint = endpoint, None  # _serve_warm closes it
+            _serve_warm(session, supervisor, pool, keep_alive, serving)
         return code
     finally:
+        if endpoint is not None:
+            endpoint.close()
         session.close()
         sys.stdout.flush()
 
+
+def serve_warm_main() -> int:
+    """Entry point of a warm supervisor that starts without a job (a Ray backend's warm
+    actor starts one per node and shape): open the stores and load the supervisor's modules
+    now, then serve the pool in ``SHOAL_WARM_POOL_DIR`` until idle for
+    ``SHOAL_KEEP_ALIVE_SECONDS``."""
+    import importlib
+
+    session = Session()
+    pool = os.environ["SHOAL_WARM_POOL_DIR"]
+    keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)
+    try:
+        for module in ("shoal.jobs._batchrun", "shoal.jobs._batchfiles"):
+            importlib.import_module(module)
+        from shoal.serialization import warm_up
+
+        warm_up()
+        session.metadata.find_job("shoal-warm-up")
+        _ = session.artifacts
+        _serve_warm(session, _supervisor(session, warm=True), pool, keep_alive)
+        return 0
+    finally:
+        session.close()
+        sys.stdout.flush()

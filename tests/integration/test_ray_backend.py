@@ -86,6 +86,14 @@ def test_cancel_stops_a_blocked_call(team):
         assert cancelled or isinstance(future.exception(timeout=30), JobCancelledError)
     assert record.status == JobStatus.STOPPED
     assert time.monotonic() - started < 30
+    # The stop ended the call, not its warm supervisor actor: the actor serves the next call
+    # at once, and ends (freeing its resources) when it is retired.
+    with shoal.use(s):
+        prefix = f"after-{uuid.uuid4().hex[:6]}"
+        assert remote(_where, job_name_prefix=prefix)()
+    [after] = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
+    assert after.handle["actor"] == record.handle["actor"]
+    s.backend.retire_warm()
     wait_until(lambda: s.backend.is_alive(record.handle) is False, 30,
                what="the supervisor's actor to end")
 

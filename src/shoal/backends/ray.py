@@ -8,6 +8,11 @@ a job running, and the actor ends itself when the supervisor exits. Detached, so
 outlives the client that submitted it, as on the local backend. Everything the job reports
 goes through the stores, which every node must reach.
 
+A job with a keep-alive period (``keep_alive_period_in_seconds``, or the session's
+``ray_keep_alive_seconds`` for ``@remote`` and ``RemoteExecutor`` jobs) goes instead to a warm
+supervisor actor of its pool and shape, started on first use and reused until it idles out
+(``_raywarm.py``): the local backend's warm worker, on a node, one actor call per job or batch.
+
 ``ray`` is imported lazily, inside the functions that need it.
 """
 
@@ -18,14 +23,13 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal.backends._raynode import node_env, start_supervisor
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.errors import (
     BackendUnavailableError,
@@ -38,22 +42,8 @@ __all__ = ["RayBackend", "check_feasible", "check_shared_stores", "node_env"]
 
 logger = logging.getLogger(__name__)
 
-#: The client's values of these are meaningless on another machine: the node's own win.
-_NODE_VARS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
-              "PYTHONHOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PWD")
-#: Ray schedules capacity; the supervisor's machine-wide slots must not queue a second time.
-_NODE_SLOTS = "256"
 _STOP_CALL_TIMEOUT_S = 5.0
-
-# Runs in the supervisor's process: die with the actor's worker, then run the entry point.
-_RUN = """\
-import ctypes, os, signal, sys
-ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(70)  # the actor died while this process started
-from shoal.backends._launcher import resolve_entrypoint
-sys.exit(int(resolve_entrypoint(sys.argv[2])(*sys.argv[3:]) or 0))
-"""
+_NODES_TTL_S = 1.0
 
 
 def _is_node_local(url: str) -> bool:
@@ -117,6 +107,9 @@ class RayBackend:
         self._namespace = namespace
         self._lock = threading.Lock()
         self._actor_cls: Any = None
+        self._warm: Any = None  # WarmPools, on first use
+        self._code: str | None = None
+        self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
 
     # --- connecting -------------------------------------------------------------------
 
@@ -145,7 +138,7 @@ class RayBackend:
         return ray
 
     def alive_nodes(self) -> int:
-        return sum(1 for n in self._ray().nodes() if n.get("Alive"))
+        return len(self._nodes())
 
     def check_submission(self, env: Mapping[str, str]) -> None:
         """Before a job is recorded: its stores must be reachable from every node."""
@@ -155,18 +148,17 @@ class RayBackend:
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         ray = self._ray()
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = self._nodes()
         check_shared_stores(ctx.env, len(nodes))
         demand = self._demand(ctx)
         check_feasible(ctx.job, demand, [n.get("Resources") or {} for n in nodes])
+        if ctx.pool and ctx.keep_alive_seconds > 0:
+            return self._launch_warm(ctx, demand)
+        self._warm_pools().make_room(demand)  # idle warm actors never make a job wait
         actor = _actor_name(ctx.job)
         options: dict[str, Any] = {
             "name": actor, "namespace": self._namespace, "lifetime": "detached",
-            "max_restarts": 0, "num_cpus": demand.pop("CPU"), "num_gpus": demand.pop("GPU", 0)}
-        if "memory" in demand:
-            options["memory"] = demand.pop("memory")
-        if demand:
-            options["resources"] = demand
+            "max_restarts": 0, **_actor_resources(demand)}
         try:
             self._actor_cls.options(**options).remote(
                 ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd)
@@ -179,6 +171,43 @@ class RayBackend:
         # The actor may wait for resources: the pid and node are known only once it runs.
         return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
                                               "address": self._address})
+
+    def _launch_warm(self, ctx: ExecContext, demand: dict[str, float]) -> LaunchInfo:
+        """Hand the job (or batch) to a warm supervisor actor of its pool and shape
+        (``_raywarm.py``), started on first use."""
+        from shoal.backends._raywarm import warm_key
+
+        pools = self._warm_pools()
+        with self._lock:
+            if self._code is None:
+                from shoal.backends.local import _code_fingerprint
+
+                self._code = _code_fingerprint()
+        key = warm_key(ctx, demand, self._code)
+        return pools.launch(ctx, key, _actor_resources(dict(demand)), demand)
+
+    def _warm_pools(self) -> Any:
+        from shoal.backends._raywarm import WarmPools
+
+        ray = self._ray()
+        with self._lock:
+            if self._warm is None:
+                self._warm = WarmPools(ray, self._namespace, self._address)
+            return self._warm
+
+    def retire_warm(self) -> None:
+        """Retire this client's idle warm supervisor actors now, freeing their resources
+        (otherwise they retire after their keep-alive period)."""
+        if self._warm is not None:
+            self._warm.retire_all()
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The alive nodes, listed at most once a second (a GCS round trip each time)."""
+        now = time.monotonic()
+        if self._nodes_cache is None or now - self._nodes_cache[0] > _NODES_TTL_S:
+            nodes = [n for n in self._ray().nodes() if n.get("Alive")]
+            self._nodes_cache = (now, nodes)
+        return self._nodes_cache[1]
 
     def _demand(self, ctx: ExecContext) -> dict[str, float]:
         """What the job's actor reserves, in Ray's resource names."""
@@ -248,35 +277,21 @@ def _use_token(path: str) -> None:
         Config.initialize("")
 
 
+def _actor_resources(demand: dict[str, float]) -> dict[str, Any]:
+    """Ray's actor options for a demand in Ray's resource names."""
+    options: dict[str, Any] = {"num_cpus": demand.pop("CPU"), "num_gpus": demand.pop("GPU", 0)}
+    if "memory" in demand:
+        options["memory"] = demand.pop("memory")
+    if demand:
+        options["resources"] = demand
+    return options
+
+
 def _actor_name(job: str) -> str:
     return f"shoal-{job}"
 
 
 # --- on the node ------------------------------------------------------------------------
-
-
-def _node_home(client_home: str | None) -> Path:
-    """The client's SHOAL_HOME when this node can use it (same machine, shared disk), else
-    the node user's own, else a temporary directory."""
-    candidates = [client_home] if client_home else []
-    candidates += [str(Path.home() / ".shoal"), str(Path(tempfile.gettempdir()) / "shoal-node")]
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            Path(path).mkdir(parents=True, exist_ok=True)
-            if os.access(path, os.W_OK | os.X_OK):
-                return Path(path)
-    raise LaunchError(f"no writable shoal home on node {socket.gethostname()}: tried "
-                      f"{', '.join(candidates)}")
-
-
-def node_env(client_env: Mapping[str, str], node_environ: Mapping[str, str]) -> dict[str, str]:
-    """The supervisor's environment on a node: the client's, with the node's machine-specific
-    variables, home and capacity."""
-    env = {k: v for k, v in client_env.items() if k not in _NODE_VARS}
-    env.update({k: node_environ[k] for k in _NODE_VARS if k in node_environ})
-    env["SHOAL_HOME"] = str(_node_home(client_env.get("SHOAL_HOME")))
-    env["SHOAL_MAX_SLOTS"] = _NODE_SLOTS
-    return env
 
 
 class _SupervisorHost:
@@ -291,13 +306,8 @@ class _SupervisorHost:
         env = node_env(env, os.environ)
         env["SHOAL_RAY_NODE_ID"] = self._node_id  # the job can tell where it ran
         log_path = Path(env["SHOAL_HOME"]) / "run" / "supervisors" / f"{job}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            # Started from this (the worker's main) thread: PR_SET_PDEATHSIG follows it.
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", _RUN, str(os.getpid()), entrypoint, *args],
-                env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+        # Started from this (the worker's main) thread: PR_SET_PDEATHSIG follows it.
+        self._proc = start_supervisor(entrypoint, args, env, cwd, log_path)
         self._log = str(log_path)
         threading.Thread(target=self._end_with_supervisor, daemon=True,
                          name="shoal-supervisor-watch").start()

@@ -33,27 +33,36 @@ class JobBatch:
         self._keys = dict(zip(names, keys, strict=True))
         self._info = info
 
-    def outcomes(self) -> Iterator[tuple[str, Outcome]]:
-        """``(job name, outcome)`` for every job of the batch, in the order they end."""
+    def outcomes(self, on_output: Callable[[bytes], None] | None = None
+                 ) -> Iterator[tuple[str, Outcome]]:
+        """``(job name, outcome)`` for every job of the batch, in the order they end.
+        *on_output*: the log of a batch of one job, as it is written (``@remote``)."""
         left = dict.fromkeys(self.names)
         waiter = None if self._info is None else self._info.waiter
+        follow = _LogFollower(self._svc, self.names[0], on_output) \
+            if on_output is not None and len(self.names) == 1 else None
         if waiter is not None and hasattr(waiter, "read"):
-            for name, outcome in self._messages(waiter):
+            for name, outcome in self._messages(waiter, follow):
                 if name in left:
                     del left[name]
+                    if follow is not None:
+                        follow.poll()
                     yield name, outcome
             if left and not waiter.done:
                 waiter.close()
             if left:
                 self._settle_lost(list(left))
         for name in list(left):  # a new supervisor, or what the worker did not report
-            record = self._svc.wait(name)
+            record = self._svc.wait(name, on_output=on_output if follow is not None else None)
             yield name, functools.partial(self._svc.outcome, record)
 
-    def _messages(self, waiter: Any) -> Iterator[tuple[str, Outcome]]:
+    def _messages(self, waiter: Any, follow: _LogFollower | None = None
+                  ) -> Iterator[tuple[str, Outcome]]:
         while True:
-            got = waiter.read(3600.0)
+            got = waiter.read(3600.0 if follow is None else 0.1)
             if got is None:
+                if follow is not None:
+                    follow.poll()
                 continue
             message, data = got
             if message.get("done") or message.get("lost"):
@@ -86,8 +95,10 @@ class JobBatch:
         info = self._info
         if info is None or self._svc.backend.is_alive(info.to_json()) is not False:
             return  # it may still record them: waiting on the records finds out
-        reason = (f"the warm worker (pid {info.pid}) that took this job in a batch exited "
-                  "before the job ended: it was killed, or the machine restarted")
+        where = f" (Ray actor {info.extra['actor']})" if info.extra.get("actor") else ""
+        reason = (f"the warm worker (pid {info.pid}){where} that took this job in a batch "
+                  "exited without reporting an end state: it was killed, its node was lost, "
+                  "or the machine restarted")
         records = self._svc.metadata.list_jobs(JobQuery(names=names, limit=len(names)))
         # As the reaper does: a job being stopped ends stopped, any other fails.
         self._svc.advance_many([
@@ -96,3 +107,18 @@ class JobBatch:
                       failure_kind=FailureKind.SUPERVISOR_LOST, reason=reason)
             for r in records if not r.is_terminal])
         logger.warning("batch worker pid %s went away; %d job(s) failed", info.pid, len(names))
+
+
+class _LogFollower:
+    """Streams one job's log to a callback while its batch runs."""
+
+    def __init__(self, service: JobService, name: str, on_output: Callable[[bytes], None]
+                 ) -> None:
+        self._svc, self._name, self._emit = service, name, on_output
+        self._offset = 0
+
+    def poll(self) -> None:
+        chunk = self._svc.read_log(self._name, self._offset)
+        if chunk:
+            self._offset += len(chunk)
+            self._emit(chunk)

@@ -23,7 +23,7 @@ from typing import Any
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
-from shoal.remote_function._options import RemoteOptions
+from shoal.remote_function._options import RemoteOptions, _backend_keep_alive, is_ray
 from shoal.remote_function._runs import link_to_run
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
@@ -250,7 +250,8 @@ class RemoteExecutor(Executor):
         end = None if timeout is None else time.monotonic() + timeout
         args_iter = zip(*iterables, strict=False)
         window: collections.deque[RemoteFuture] = collections.deque()
-        warm = (self._options.keep_alive_period_in_seconds or 0) > 0
+        warm = (self._options.keep_alive_period_in_seconds
+                or _backend_keep_alive(self._session().settings)) > 0
         # Enough calls ahead that every worker has a full hand-over waiting.
         ahead = max(2 * self._max * (chunk if warm else 1), 4)
         for args in itertools.islice(args_iter, ahead):
@@ -300,14 +301,14 @@ def _raise(error: BaseException) -> Any:
 def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
     """Calls that a warm worker can take in a batch: a plain function on the client's own
     interpreter, run once (no environment to build, workdir, pre-execution or retries), on
-    the local backend (the one with warm workers)."""
+    a backend with warm workers (local, and Ray's warm actors)."""
     settings = session.settings
     return (spec.keep_alive_period_in_seconds > 0 and spec.kind == JobKind.FUNCTION
             and not files and not spec.dependencies and not spec.extra.get("conda_env")
             and not spec.extra.get("distribution")
             and not spec.pre_execution_commands and not spec.pre_execution_script
             and spec.max_retry_attempts <= 1
-            and getattr(settings, "backend", "local") == "local"
+            and (getattr(settings, "backend", "local") == "local" or is_ray(settings))
             and getattr(settings, "job_process", "fork") == "fork")
 
 

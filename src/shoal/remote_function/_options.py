@@ -265,7 +265,8 @@ class RemoteOptions:
             max_runtime_in_seconds=self.max_runtime_in_seconds,
             max_retry_attempts=self.max_retry_attempts,
             stop_grace_period_in_seconds=self.stop_grace_period_in_seconds,
-            keep_alive_period_in_seconds=self.keep_alive_period_in_seconds,
+            keep_alive_period_in_seconds=self.keep_alive_period_in_seconds
+            or _backend_keep_alive(session.settings),
             tags=self._tags(defaults),
             python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
             inert_settings=inert,
@@ -363,6 +364,17 @@ def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
             f"{note}. Pass allow_cpu_fallback=True to run on the CPU instead, or choose a CPU "
             "instance type such as ml.m5.xlarge", instance_type=name)
     return f"ran on CPU: {note}"
+
+
+def is_ray(settings: Any) -> bool:
+    backend = str(getattr(settings, "backend", "local"))
+    return backend == "ray" or backend.startswith("ray://")
+
+
+def _backend_keep_alive(settings: Any) -> int:
+    """The keep-alive a job gets when it asks for none: on Ray, warm supervisor actors serve
+    jobs by default (``ray_keep_alive_seconds``); locally, none (SageMaker's default)."""
+    return int(getattr(settings, "ray_keep_alive_seconds", 0) or 0) if is_ray(settings) else 0
 
 
 def _visible_gpus() -> int:
