@@ -139,3 +139,47 @@ def test_a_job_no_node_can_hold_fails_at_once(team):
     with shoal.use(s), pytest.raises(shoal.errors.JobFailedError,
                                      match="no node of the Ray cluster can hold"):
         remote(_where)()
+
+
+def _say(x: int) -> int:
+    print(f"call {x}", flush=True)
+    return 3 * x
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_calls_share_warm_actors_and_each_stays_its_own_job(team):
+    s = team()
+    prefix = f"warm-{uuid.uuid4().hex[:6]}"
+    with shoal.use(s):
+        assert remote(_say, job_name_prefix=prefix)(1) == 3
+        with RemoteExecutor(max_parallel_jobs=2, job_name_prefix=prefix) as executor:
+            assert list(executor.map(_say, range(40))) == [3 * i for i in range(40)]
+    records = s.metadata.list_jobs(JobQuery(name_prefix=prefix, limit=100))
+    assert len(records) == 41
+    assert all(r.status == JobStatus.COMPLETED for r in records)
+    actors = {r.handle["actor"] for r in records}
+    assert all(a.startswith("shoal-warm-") for a in actors) and len(actors) <= 2
+    assert all(r.handle["backend"] == "ray" and r.handle["pid"] for r in records)
+    for record in records:  # its own log, and its payloads verified under its own key
+        x = s.jobs.outcome(record) // 3
+        assert s.jobs.read_log(record.name) == f"call {x}\n".encode()
+    # Another client (its own home) of the same stores is served by the same warm actors.
+    other = team()
+    with shoal.use(other):
+        assert remote(_say, job_name_prefix=f"{prefix}-b")(2) == 6
+    [record] = s.metadata.list_jobs(JobQuery(name_prefix=f"{prefix}-b"))
+    assert record.handle["actor"] in actors
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_without_keep_alive_each_job_gets_an_actor_of_its_own(team):
+    s = team(ray_keep_alive_seconds=0)
+    prefix = f"cold-{uuid.uuid4().hex[:6]}"
+    with shoal.use(s):
+        assert remote(_say, job_name_prefix=prefix)(2) == 6
+    [record] = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
+    assert record.handle["actor"] == f"shoal-{record.name}"
+    wait_until(lambda: s.backend.is_alive(record.handle) is False, 30,
+               what="the job's own actor to end")

@@ -66,3 +66,20 @@ def test_a_job_no_node_can_hold_is_refused():
     assert "'j'" in str(info.value)
     with pytest.raises(ResourceUnavailableError):
         check_feasible("j", {"CPU": 2.0, "node2": 1.0}, nodes)
+
+
+def _f() -> None:
+    return None
+
+
+def test_jobs_on_ray_are_kept_warm_by_default(tmp_path):
+    from shoal.remote_function._options import RemoteOptions
+
+    ray = shoal.Session(home=str(tmp_path), backend="ray", ray_address="127.0.0.1:6379")
+    local = shoal.Session(home=str(tmp_path))
+    assert RemoteOptions().build_spec(_f, ray).keep_alive_period_in_seconds == 60
+    assert RemoteOptions().build_spec(_f, local).keep_alive_period_in_seconds == 0
+    assert RemoteOptions(keep_alive_period_in_seconds=5).build_spec(
+        _f, ray).keep_alive_period_in_seconds == 5
+    cold = shoal.Session(home=str(tmp_path), backend="ray", ray_keep_alive_seconds=0)
+    assert RemoteOptions().build_spec(_f, cold).keep_alive_period_in_seconds == 0
