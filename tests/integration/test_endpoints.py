@@ -146,6 +146,17 @@ def test_contract_two_instances_share_the_requests(endpoint_session, tmp_path, o
         assert metrics.status_code == 200 and "shoal" in metrics.text
 
 
+def test_contract_autoscaling_bounds_are_kept_and_served(endpoint_session, onnx_dir):
+    name = _unique("scaled")
+    predictor = Model(onnx_dir).deploy(
+        endpoint_name=name, initial_instance_count=1,
+        managed_instance_scaling={"Status": "ENABLED", "MinInstanceCount": 1,
+                                  "MaxInstanceCount": 2})
+    config = predictor.describe().config
+    assert (config.min_instances, config.instance_count, config.max_instances) == (1, 1, 2)
+    assert np.allclose(predictor.predict([[0, 0, 0, 1]]), W[3:4] + B)
+
+
 def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_session, tmp_path,
                                                                    onnx_dir):
     src = _handler_dir(tmp_path, """
@@ -340,7 +351,7 @@ def test_a_gone_supervisor_fails_the_endpoint(session, onnx_dir):
     assert session.metadata.find_endpoint("orphan") is None
 
 
-def test_estimator_deploys_its_model_data(session, tmp_path, onnx_dir):
+def test_contract_estimator_deploys_its_model_data(endpoint_session, tmp_path, onnx_dir):
     from shoal.estimator import Estimator
 
     src = tmp_path / "train"
@@ -352,7 +363,7 @@ def test_estimator_deploys_its_model_data(session, tmp_path, onnx_dir):
     """))
     est = Estimator(entry_point="train.py", source_dir=str(src))
     est.fit(logs=False)
-    predictor = est.deploy(initial_instance_count=1, instance_type="ml.m5.large")
+    predictor = est.deploy(initial_instance_count=1)
     job = est.latest_training_job.name
     assert predictor.endpoint_name == job
     assert predictor.describe().model_data == est.model_data

@@ -76,11 +76,22 @@ def list_endpoints(
     for column in ("NAME", "STATUS", "INSTANCES", "CREATED", "MODEL", "FAILURE"):
         table.add_column(column, no_wrap=column != "FAILURE")
     for r in records:
+        serve = r.supervisor.get("backend") == "ray-serve"
         table.add_row(r.name, _status(r.status),
-                      f"{len(r.serving)}/{r.config.instance_count} in service",
+                      f"{r.config.instance_count} replica"
+                      f"{'s' if r.config.instance_count != 1 else ''} (Ray Serve)" if serve
+                      else f"{len(r.serving)}/{r.config.instance_count} in service",
                       format_time(r.created_at), shorten(r.model_data, 60),
                       shorten(r.failure_reason))
     emit(table)
+
+
+def _supervisor_row(sup: dict[str, Any]) -> tuple[str, str]:
+    if sup.get("backend") == "ray-serve":
+        return ("Ray Serve", f"application {sup.get('application')}, route "
+                             f"{sup.get('route_prefix')}")
+    return ("supervisor", f"pid {sup['pid']} on {sup.get('host', '?')}" if sup.get("pid")
+            else "not started")
 
 
 @app.command()
@@ -109,8 +120,7 @@ def describe(
         ("batching", batching), ("code", cfg.entry_point or ("shipped" if cfg.code else "-")),
         ("own environment", "yes" if cfg.requirements else "from code/requirements.txt, if any"),
         ("env", ", ".join(f"{k}={v}" for k, v in mask_env(cfg.env).items()) or "-"),
-        ("supervisor", f"pid {sup['pid']} on {sup.get('host', '?')}" if sup.get("pid")
-         else "not started"),
+        _supervisor_row(sup),
         ("created", format_time(r.created_at)), ("updated", format_time(r.updated_at)),
         ("logs", logs)]
     if r.failure_reason:
