@@ -18,7 +18,7 @@ from ray.serve.request_router import FIFOMixin, RequestRouter
 __all__ = ["SpreadRouter"]
 
 
-class SpreadRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
+class SpreadRouter(FIFOMixin, RequestRouter):
     async def choose_replicas(self, candidate_replicas: list[Any],
                               pending_request: Any = None) -> list[list[Any]]:
         if len(candidate_replicas) <= 2:
