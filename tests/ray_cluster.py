@@ -119,6 +119,9 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
     # botocore reads the endpoint from the environment, which the supervisors inherit.
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", request.getfixturevalue("moto_server"))
     upgrade_schema(postgres_url)
+    # Warm supervisor actors hold their CPUs while idle, and the test cluster has three: a
+    # test's own calls reuse them, the next tests (and Serve replicas) get the CPUs soon.
+    settings.setdefault("ray_keep_alive_seconds", 5)
     return shoal.Session(home=str(home), backend="ray", ray_address=cluster.address,
                          ray_auth_token_file=str(cluster.token), metadata_url=postgres_url,
                          artifact_url=url, **settings)

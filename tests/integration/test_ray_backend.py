@@ -183,3 +183,23 @@ def test_without_keep_alive_each_job_gets_an_actor_of_its_own(team):
     assert record.handle["actor"] == f"shoal-{record.name}"
     wait_until(lambda: s.backend.is_alive(record.handle) is False, 30,
                what="the job's own actor to end")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_warm_actor_busy_with_another_client_is_passed_over(team):
+    s = team()
+    with shoal.use(s), RemoteExecutor() as executor:
+        future = executor.submit(_block, 600)
+        wait_until(lambda: future.job_name and s.jobs.get(future.job_name).status
+                   == JobStatus.RUNNING, 90, what="the blocking job to run")
+        busy_actor = s.jobs.get(future.job_name).handle["actor"]
+        other = team()  # finds the busy actor by name, is told so, and starts another
+        prefix = f"other-{uuid.uuid4().hex[:6]}"
+        with shoal.use(other):
+            assert remote(_say, job_name_prefix=prefix)(2) == 6
+        [record] = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
+        assert record.handle["actor"].startswith("shoal-warm-")
+        assert record.handle["actor"] != busy_actor
+        future.cancel()
+        assert s.jobs.wait(future.job_name, timeout=60).status == JobStatus.STOPPED

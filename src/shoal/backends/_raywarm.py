@@ -220,15 +220,17 @@ class WarmPools:
         # another one and updates it, so the handle always names the actor with the jobs.
         return LaunchInfo("ray", slot.pid, slot.host, waiter=claim, extra=claim.where)
 
-    def take(self, key: str, ctx: ExecContext, options: Mapping[str, Any]) -> _Slot:
-        """An idle actor of *key* (marked busy), found or started."""
+    def take(self, key: str, ctx: ExecContext, options: Mapping[str, Any],
+             skip: frozenset[str] = frozenset()) -> _Slot:
+        """An idle actor of *key* (marked busy), found or started; never one named in *skip*
+        (it answered busy to this hand-over)."""
         with self._lock:
             slots = self._slots.get(key)
             if slots is None:
                 slots = self._slots[key] = self._discover(key)
             slots[:] = [s for s in slots if not s.dead]
             for slot in slots:
-                if not slot.busy:
+                if not slot.busy and slot.name not in skip:
                     slot.busy = True
                     return slot
             slot = self._start(key, ctx, options, self._demands[key])
@@ -343,6 +345,7 @@ class RayClaim:
         self._lost = False
         self.where: dict[str, Any] = {}
         self._attempts = 0
+        self._tried: set[str] = set()
         self._hand_over()
 
     @property
@@ -351,7 +354,9 @@ class RayClaim:
 
     def _hand_over(self) -> None:
         self._attempts += 1
-        self.slot = self._pools.take(self._key, self._ctx, self._options)
+        self.slot = self._pools.take(self._key, self._ctx, self._options,
+                                     frozenset(self._tried))
+        self._tried.add(self.slot.name)
         self.where.clear()
         self.where.update({"actor": self.slot.name, "namespace": self._pools._namespace,
                            "address": self._pools._address})
