@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -333,6 +334,10 @@ def supervisor_main(job: str, *batch: str) -> int:
         sys.stdout.flush()
 
 
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """A handler that does nothing (not SIG_IGN, which a forked job would inherit)."""
+
+
 def serve_warm_main() -> int:
     """Entry point of a warm supervisor that starts without a job (a Ray backend's warm
     actor starts one per node and shape): open the stores and load the supervisor's modules
@@ -351,7 +356,16 @@ def serve_warm_main() -> int:
         warm_up()
         session.metadata.find_job("shoal-warm-up")
         _ = session.artifacts
-        _serve_warm(session, _supervisor(session, warm=True), pool, keep_alive)
+        supervisor = _supervisor(session, warm=True)
+        # Stop and retire requests come from its actor as SIGUSR2 (WarmHost.signal), handled
+        # from the start, so an idle supervisor asked to retire retires cleanly. SIGTERMs
+        # nobody in shoal sent are ignored: Ray's workers send them to processes under them
+        # (seen: idle warm supervisors retiring mid-benchmark, no shoal call involved). It
+        # still dies with its actor (PR_SET_PDEATHSIG).
+        supervisor._install_signals()
+        signal.signal(signal.SIGUSR2, signal.getsignal(signal.SIGTERM))
+        signal.signal(signal.SIGTERM, _ignore_signal)
+        _serve_warm(session, supervisor, pool, keep_alive)
         return 0
     finally:
         session.close()

@@ -84,6 +84,10 @@ class WarmHost:
         self._error: BaseException | None = None
         self._started = threading.Event()
         self._ready = False
+        self._env_cache: tuple[int, dict[str, str]] | None = None
+        self._calls = threading.Condition()
+        self._in_flight = 0
+        self._exiting = False
         # The supervisor is started by, and dies with, this thread (PR_SET_PDEATHSIG follows
         # the thread that forked), which lives exactly as long as the supervisor.
         threading.Thread(target=self._supervise, args=(env,), daemon=True,
@@ -100,8 +104,14 @@ class WarmHost:
             return
         finally:
             self._started.set()
-        self._proc.wait()
-        # The supervisor retired (or died): free the node's resources.
+        code = self._proc.wait()
+        with contextlib.suppress(OSError), open(self._log, "a") as log:
+            log.write(f"[shoal] warm supervisor pid {self._proc.pid} exited with code {code}\n")
+        # The supervisor retired (or died): free the node's resources, once the hand-overs
+        # in flight have answered ("gone": their clients try another actor).
+        with self._calls:
+            self._exiting = True
+            self._calls.wait_for(lambda: self._in_flight == 0, timeout=30)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def info(self) -> dict[str, Any]:
@@ -113,15 +123,20 @@ class WarmHost:
         return None if self._proc is None else self._proc.poll()
 
     def signal(self, signum: int) -> bool:
+        """Signal the supervisor; a SIGTERM (stop) reaches it as SIGUSR2, the one it takes
+        from shoal (``serve_warm_main``)."""
         if self._proc is None or self._proc.poll() is not None:
             return False
+        if signum == signal.SIGTERM:
+            signum = signal.SIGUSR2
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._proc.pid, signum)
         return True
 
     def retire_if_idle(self) -> bool:
-        """Retire the supervisor now if no client holds it (its claim lock is free): SIGTERM
-        to an idle warm supervisor retires it; a client that claims it meanwhile is served."""
+        """Retire the supervisor now if no client holds it (its claim lock is free): a stop
+        signal to an idle warm supervisor retires it; a client that claims it meanwhile is
+        served."""
         if self._proc is None or self._proc.poll() is not None:
             return False
         try:
@@ -134,20 +149,30 @@ class WarmHost:
             except BlockingIOError:
                 return False  # busy with a client's job
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGTERM)
+                os.kill(self._proc.pid, signal.SIGUSR2)
         return True
 
     def run(self, request: dict[str, Any]) -> list[tuple[dict[str, Any], bytes]]:
+        """Hand *request* to the supervisor (``_run``), unless this actor is ending."""
+        with self._calls:
+            if self._exiting:
+                return [({"gone": True}, b"")]
+            self._in_flight += 1
+        try:
+            return self._run(request)
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                self._calls.notify_all()
+
+    def _run(self, request: dict[str, Any]) -> list[tuple[dict[str, Any], bytes]]:
         """Hand *request* (``{"job", "env", "batch"?}``) to the supervisor; return what it
         reported, ending with ``{"done": true}`` (or ``{"lost": true}`` if it died). A
         supervisor busy with another client answers ``{"busy": true}``, one that retired
         ``{"gone": true}``."""
         if not self._started.wait(_START_TIMEOUT_S) or self._proc is None:
             return [({"gone": True, "error": repr(self._error)}, b"")]
-        env = node_env(request.get("env") or {}, os.environ)
-        env.update({"SHOAL_RAY_NODE_ID": self._node_id,
-                    "SHOAL_SUPERVISOR_HANDLE": json.dumps(self._handle)})
-        request = {**request, "env": env}
+        request = {**request, "env": self._node_env(request.get("env") or {})}
         claim = self._claim(request)
         if isinstance(claim, dict):
             return [(claim, b"")]
@@ -163,6 +188,19 @@ class WarmHost:
             messages.append(got)
             if got[0].get("done") or got[0].get("lost"):
                 return messages
+
+    def _node_env(self, client_env: dict[str, str]) -> dict[str, str]:
+        """The job's supervisor environment on this node (one client's is the same for all
+        its jobs: worked out once)."""
+        key = hash(frozenset(client_env.items()))
+        cached = self._env_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        env = node_env(client_env, os.environ)
+        env.update({"SHOAL_RAY_NODE_ID": self._node_id,
+                    "SHOAL_SUPERVISOR_HANDLE": json.dumps(self._handle)})
+        self._env_cache = (key, env)
+        return env
 
     def _claim(self, request: Mapping[str, Any]) -> Any:
         own = self._dir / f"{self._proc.pid}.claim"
@@ -259,7 +297,7 @@ class WarmPools:
     def _start(self, key: str, ctx: ExecContext, options: Mapping[str, Any],
                demand: Mapping[str, float]) -> _Slot:
         name = f"{_PREFIX}{key}-{secrets.token_hex(3)}"
-        self.make_room(demand)
+        self.make_room(demand, keep=key)
         try:
             actor = self._cls.options(
                 name=name, namespace=self._namespace, lifetime="detached", max_restarts=0,
@@ -287,7 +325,8 @@ class WarmPools:
         except (ImportError, AttributeError):
             free = [dict(ray.available_resources())]
         with self._lock:
-            mine = {s.name for group in self._slots.values() for s in group if s.busy}
+            # Never this client's own actors (it is about to hand them work), busy or not.
+            mine = {s.name for group in self._slots.values() for s in group}
             # Actors this client started that have not answered yet may not be placed yet:
             # count their demand as taken.
             waiting = [self._demands.get(k, {}) for k, group in self._slots.items()
@@ -374,11 +413,15 @@ class RayClaim:
                 messages = ray.get(self._ref, timeout=max(deadline - time.monotonic(), 0.0))
             except ray.exceptions.GetTimeoutError:
                 return None
-            except ray.exceptions.RayError:  # the actor (or its node) died
+            except ray.exceptions.RayError as e:  # the actor (or its node) died
+                logger.warning("warm actor %s failed a hand-over: %s", self.slot.name, e)
                 self._finish(dead=True)
                 continue
             self.slot.answered = True
             first = messages[0][0] if messages else {"lost": True}
+            if first.get("busy") or first.get("gone") or messages[-1][0].get("lost"):
+                logger.debug("warm actor %s answered %s (attempt %d)", self.slot.name,
+                             [m for m, _ in messages], self._attempts)
             if (first.get("busy") or first.get("gone")) and self._attempts < self._ATTEMPTS:
                 self._pools.release(self.slot, dead=bool(first.get("gone")))
                 try:
