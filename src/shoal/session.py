@@ -335,7 +335,9 @@ def supervisor_main(job: str, *batch: str) -> int:
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:
-    """A handler that does nothing (not SIG_IGN, which a forked job would inherit)."""
+    """Note a signal and do nothing else (a handler, not SIG_IGN, which a forked job would
+    inherit)."""
+    sys.stderr.write(f"[shoal] warm supervisor pid {os.getpid()} ignored signal {signum}\n")
 
 
 def serve_warm_main() -> int:
@@ -358,13 +360,14 @@ def serve_warm_main() -> int:
         _ = session.artifacts
         supervisor = _supervisor(session, warm=True)
         # Stop and retire requests come from its actor as SIGUSR2 (WarmHost.signal), handled
-        # from the start, so an idle supervisor asked to retire retires cleanly. SIGTERMs
-        # nobody in shoal sent are ignored: Ray's workers send them to processes under them
-        # (seen: idle warm supervisors retiring mid-benchmark, no shoal call involved). It
-        # still dies with its actor (PR_SET_PDEATHSIG).
+        # from the start, so an idle supervisor asked to retire retires cleanly. SIGTERM and
+        # SIGINT are noted and ignored: idle warm supervisors received SIGTERMs that no shoal
+        # call sent (sender not identified; not the actor's methods) and retired under their
+        # clients. It still dies with its actor (PR_SET_PDEATHSIG).
         supervisor._install_signals()
         signal.signal(signal.SIGUSR2, signal.getsignal(signal.SIGTERM))
         signal.signal(signal.SIGTERM, _ignore_signal)
+        signal.signal(signal.SIGINT, _ignore_signal)
         _serve_warm(session, supervisor, pool, keep_alive)
         return 0
     finally:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import FailureKind, JobChange, JobStatus
-from shoal.core.ports import JobQuery
+from shoal.core.ports import ExecContext, JobQuery
+from shoal.errors import ShoalError
 from shoal.serialization import Payload, deserialize
 
 if TYPE_CHECKING:
@@ -27,11 +29,12 @@ class JobBatch:
     """Jobs handed to one warm worker together (``JobService.submit_batch``)."""
 
     def __init__(self, service: JobService, names: Sequence[str], keys: Sequence[str],
-                 info: LaunchInfo | None) -> None:
+                 info: LaunchInfo | None, ctx: ExecContext | None = None) -> None:
         self._svc = service
         self.names = tuple(names)
         self._keys = dict(zip(names, keys, strict=True))
         self._info = info
+        self._ctx = ctx  # what was launched, to hand jobs the worker never took over again
 
     def outcomes(self, on_output: Callable[[bytes], None] | None = None
                  ) -> Iterator[tuple[str, Outcome]]:
@@ -41,7 +44,8 @@ class JobBatch:
         waiter = None if self._info is None else self._info.waiter
         follow = _LogFollower(self._svc, self.names[0], on_output) \
             if on_output is not None and len(self.names) == 1 else None
-        if waiter is not None and hasattr(waiter, "read"):
+        handovers = 0
+        while waiter is not None and hasattr(waiter, "read"):
             for name, outcome in self._messages(waiter, follow):
                 if name in left:
                     del left[name]
@@ -50,8 +54,10 @@ class JobBatch:
                     yield name, outcome
             if left and not waiter.done:
                 waiter.close()
-            if left:
-                self._settle_lost(list(left))
+            handovers += 1
+            waiter = self._hand_over_again(list(left)) if left and handovers < 3 else None
+        if left:
+            self._settle_lost(list(left))
         for name in list(left):  # a new supervisor, or what the worker did not report
             record = self._svc.wait(name, on_output=on_output if follow is not None else None)
             yield name, functools.partial(self._svc.outcome, record)
@@ -89,6 +95,27 @@ class JobBatch:
         if not record.is_terminal:  # the worker could not record its end: watch the record
             record = self._svc.wait(name)
         return self._svc.outcome(record)
+
+    def _hand_over_again(self, names: list[str]) -> Any:
+        """The worker went away before taking these jobs (still pending, no supervisor's
+        handle on them): hand them over again (a cluster's warm actor can retire just as a
+        client picks it). Returns the new waiter, or None."""
+        if self._ctx is None:
+            return None
+        records = self._svc.metadata.list_jobs(JobQuery(names=names, limit=len(names)))
+        untaken = [r.name for r in records if r.status == JobStatus.PENDING and not r.handle]
+        if not untaken or len(untaken) != len(names):
+            return None  # some were taken: what happened to them is in their records
+        try:
+            info = self._svc.backend.launch(dataclasses.replace(self._ctx, batch=tuple(untaken),
+                                                                args=(self._ctx.args[0],
+                                                                      *untaken)))
+        except ShoalError:
+            return None
+        logger.warning("the worker of %d job(s) went away before taking them; handed them "
+                       "over again", len(untaken))
+        self._info = info
+        return info.waiter
 
     def _settle_lost(self, names: list[str]) -> None:
         """The worker went away before reporting these jobs: fail those that did not end."""

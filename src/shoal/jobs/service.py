@@ -187,7 +187,7 @@ class JobService:
             self.metadata.set_handles(names, info.to_json())
         logger.info("batch %s of %d jobs submitted (supervisor pid %s)", batch, len(names),
                     info.pid)
-        return JobBatch(self, names, keys, info)
+        return JobBatch(self, names, keys, info, ctx)
 
     def _create_batch(self, batch: str, specs: Sequence[JobSpec], keys: Sequence[str]
                       ) -> list[JobRecord]:
