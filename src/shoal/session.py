@@ -323,7 +323,7 @@ def supervisor_main(job: str, *batch: str) -> int:
             endpoint = session.backend.warm_endpoint(pool, busy=True)
             supervisor.before_finish = endpoint.release
         code = supervisor.run_batch(job, batch) if batch else supervisor.run(job)
-        if endpoint is not None:
+        if endpoint is not None and pool:
             serving, endpoint = endpoint, None  # _serve_warm closes it
             _serve_warm(session, supervisor, pool, keep_alive, serving)
         return code
