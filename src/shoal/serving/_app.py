@@ -15,13 +15,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from shoal.errors import ModelLoadError
 from shoal.serving import _codecs
 from shoal.serving._artifact import ResolvedModel, resolve_model
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
 from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
@@ -32,10 +33,6 @@ __all__ = ["ModelServerApp", "ModelState", "create_app"]
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: Bodies above this are decoded on a helper thread, so parsing them does not stall /ping.
 _INLINE_DECODE_BYTES = 256 * 1024
@@ -71,7 +68,7 @@ def create_app(model_dir: str | os.PathLike[str], *, options: ServerOptions,
     return ModelServerApp(handler, options, resolved=resolved, on_load_error=on_load_error)
 
 
-class ModelServerApp:
+class ModelServerApp(AsgiApp):
     """ASGI callable; build it with ``create_app``."""
 
     def __init__(self, handler: Handler, options: ServerOptions, *, resolved: ResolvedModel,
@@ -91,28 +88,16 @@ class ModelServerApp:
             queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
             loaded=lambda: float(self.state is ModelState.READY))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-
     # --- lifespan ---------------------------------------------------------------------------
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._loop = asyncio.get_running_loop()
-                threading.Thread(target=self._load, name="shoal-model-load", daemon=True).start()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self._queue is not None:
-                    await self._queue.stop()
-                self._resolved.cleanup()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        threading.Thread(target=self._load, name="shoal-model-load", daemon=True).start()
+
+    async def on_shutdown(self) -> None:
+        if self._queue is not None:
+            await self._queue.stop()
+        self._resolved.cleanup()
 
     def _load(self) -> None:
         started = time.perf_counter()

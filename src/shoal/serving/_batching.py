@@ -95,10 +95,9 @@ class InferenceQueue:
             raise RuntimeError("InferenceQueue.start() was not called")
         item = _Item(data, loop.create_future(), loop.time())
         with self._lock:
-            if self._waiting >= self._max_queue:
-                waiting = self._waiting
-                item = None
-            else:
+            waiting = self._waiting
+            full = waiting >= self._max_queue
+            if not full:
                 self._pending.append(item)
                 self._waiting += 1
                 if self._idle:
@@ -106,7 +105,7 @@ class InferenceQueue:
                 elif self._room and len(self._pending) >= self._room:
                     self._room = 0
                     self._wake.notify()
-        if item is None:
+        if full:
             raise RequestError(503, "overloaded",
                                f"{waiting} requests are already waiting for the model (the "
                                f"limit is {self._max_queue}); retry shortly",

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
@@ -28,6 +28,7 @@ from shoal.llm.serving._loading import LoadedModel, load_model
 from shoal.llm.serving._metrics import LlmMetrics
 from shoal.llm.serving._params import GenerationParams, from_lmi, from_openai, invalid
 from shoal.llm.serving._properties import LlmServingOptions
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
 from shoal.serving._http import ClientDisconnected, RequestError, bad_request, read_body
 from shoal.serving._options import ServerOptions
 
@@ -35,10 +36,6 @@ __all__ = ["LlmServerApp"]
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _JSON = b"application/json"
 _SSE = b"text/event-stream"
@@ -55,7 +52,7 @@ class ModelState(StrEnum):
 
 
 
-class LlmServerApp:
+class LlmServerApp(AsgiApp):
     """ASGI callable serving the LLM *options* describe.
 
     Example::
@@ -92,29 +89,17 @@ class LlmServerApp:
             "/v1/models": ("GET", self._models),
         }
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
     # --- lifespan -------------------------------------------------------------------------
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._loop = asyncio.get_running_loop()
-                threading.Thread(target=self._load, name="shoal-llm-load", daemon=True).start()
-                self._loop.call_later(self.options.model_loading_timeout, self._load_timed_out)
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self.loaded is not None:
-                    await asyncio.get_running_loop().run_in_executor(None,
-                                                                     self.loaded.engine.stop)
-                    self.loaded.located.cleanup()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        threading.Thread(target=self._load, name="shoal-llm-load", daemon=True).start()
+        loop.call_later(self.options.model_loading_timeout, self._load_timed_out)
+
+    async def on_shutdown(self) -> None:
+        if self.loaded is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.loaded.engine.stop)
+            self.loaded.located.cleanup()
 
     def _load(self) -> None:
         started = time.perf_counter()

@@ -25,7 +25,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +34,7 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
 from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
 from shoal.serving._options import ServerOptions
 
@@ -41,10 +42,6 @@ __all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _KEY = "option.entryPoint"
 _TOOLKIT = frozenset({"model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn"})
@@ -136,7 +133,7 @@ def init_properties(llm: LlmServingOptions) -> dict[str, str]:
     return props
 
 
-class DjlHandlerApp:
+class DjlHandlerApp(AsgiApp):
     """ASGI app around a DJL ``handle(inputs)``: ``/ping``, ``POST /invocations``,
     ``/metrics``. The handler runs on one thread of its own (as DJL's Python worker runs one
     request at a time), never on the event loop.
@@ -174,27 +171,16 @@ class DjlHandlerApp:
     def named(self) -> str:
         return f"{_KEY}={self.llm.entry_point!r} ({self.script})"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
     # --- lifespan -------------------------------------------------------------------------
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._loop = asyncio.get_running_loop()
-                self._worker.submit(self._load)
-                self._loop.call_later(self.llm.model_loading_timeout, self._load_timed_out)
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self._worker.shutdown(wait=False, cancel_futures=True)
-                self.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._worker.submit(self._load)
+        loop.call_later(self.llm.model_loading_timeout, self._load_timed_out)
+
+    async def on_shutdown(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        self.close()
 
     def close(self) -> None:
         """Forget the entry point's module and the ``djl_python`` stand-in."""
