@@ -24,7 +24,7 @@ from typing import Any
 
 from shoal.errors import ConfigError
 
-__all__ = ["Session", "current", "serve_warm_main", "supervisor_main", "use"]
+__all__ = ["Session", "current", "rank_host_main", "serve_warm_main", "supervisor_main", "use"]
 
 logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
@@ -330,6 +330,20 @@ def supervisor_main(job: str, *batch: str) -> int:
     finally:
         if endpoint is not None:
             endpoint.close()
+        session.close()
+        sys.stdout.flush()
+
+
+def rank_host_main(job: str, attempt: str, host_index: str, master_addr: str,
+                   master_port: str) -> int:
+    """Entry point of another host of a job placed on several nodes (a Ray placement
+    group's bundle): prepares the job on this node and becomes that host's rank launcher."""
+    session = Session()
+    supervisor = _supervisor(session, warm=False)
+    try:
+        return supervisor.run_host(job, int(attempt), int(host_index), master_addr,
+                                   int(master_port))
+    finally:
         session.close()
         sys.stdout.flush()
 

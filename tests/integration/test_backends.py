@@ -6,6 +6,9 @@ Nothing in a test says which backend it runs on; only the ``backend_session`` fi
 
 from __future__ import annotations
 
+import json
+import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,9 @@ import shoal
 from ray_cluster import ray_session
 from shoal import Estimator, RemoteExecutor, remote
 from shoal.core import JobQuery, JobStatus
+from shoal.errors import JobFailedError
 from shoal.experiments import Run
+from shoal.pytorch import PyTorch
 
 RAY = pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.postgres, pytest.mark.s3])
 
@@ -94,3 +99,75 @@ def test_load_run_in_a_job_is_the_callers_run(backend_session):
     assert record.parameters == {"steps": 5}
     owner = record.owner
     assert [p.step for p in backend_session.metadata.get_metrics(owner, "loss")] == list(range(5))
+
+
+DDP_SCRIPT = """
+import json, os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print(json.dumps({"rank": rank, "world": world, "sum": t.item(), "host": os.environ["SM_CURRENT_HOST"],
+                  "node": os.environ.get("SHOAL_RAY_NODE_ID", "this machine"),
+                  "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}),
+      flush=True)
+if rank == 0:
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "world.txt"), "w").write(str(world))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _rank_lines(log: str) -> dict[str, dict]:
+    return {line.partition("] ")[0] + "]": json.loads(line.partition("] ")[2])
+            for line in log.splitlines() if line.startswith("[algo-") and "{" in line}
+
+
+def test_torch_distributed_training_on_two_hosts(backend_session, tmp_path):
+    """instance_count=2: on Ray, two nodes (a placement group), rank 0's node the master."""
+    pytest.importorskip("torch")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ddp.py").write_text(DDP_SCRIPT)
+    est = PyTorch(entry_point="ddp.py", source_dir=str(src), instance_count=2,
+                  distribution={"torch_distributed": {"enabled": True}})
+    est.fit(logs=False)
+    record = backend_session.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.COMPLETED
+    ranks = _rank_lines(backend_session.jobs.read_log(record.name).decode())
+    assert set(ranks) == {"[algo-1 rank 0]", "[algo-2 rank 1]"}
+    assert all(r["world"] == 2 and r["sum"] == 3.0 for r in ranks.values())  # 1 + 2
+    assert [r["host"] for r in ranks.values()] == ["algo-1", "algo-2"]
+    assert len({r["master"] for r in ranks.values()}) == 1
+    nodes = {r["node"] for r in ranks.values()}
+    assert len(nodes) == (2 if backend_session.backend.name == "ray" else 1)
+    assert est.model_data.endswith("/output/model.tar.gz")
+
+
+def test_a_failing_rank_fails_the_job_and_stops_the_others(backend_session, tmp_path):
+    script = tmp_path / "one_fails.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            print("rank 1 giving up", flush=True)
+            sys.exit(7)
+        print("rank 0 waiting", flush=True)
+        time.sleep(120)
+        print("rank 0 finished", flush=True)
+    """))
+    est = PyTorch(entry_point=str(script), instance_count=2,
+                  distribution={"torch_distributed": {"enabled": True}})
+    t0 = time.monotonic()
+    with pytest.raises(JobFailedError):
+        est.fit(logs=False)
+    assert time.monotonic() - t0 < 90  # rank 0 was stopped, not waited for
+    record = backend_session.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.FAILED and record.exit_code == 7
+    log = backend_session.jobs.read_log(record.name).decode()
+    assert "[algo-2 rank 1] rank 1 giving up" in log
+    assert "exited with code 7; stopping the other ranks" in log
+    assert "rank 0 finished" not in log
+    assert "exited with code 7" in record.failure_reason

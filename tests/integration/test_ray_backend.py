@@ -3,6 +3,8 @@ that reach a supervisor on another node, and stores that other nodes cannot reac
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -210,3 +212,121 @@ def test_a_warm_actor_busy_with_another_client_is_passed_over(team):
         assert record.handle["actor"] != busy_actor
         future.cancel()
         assert s.jobs.wait(future.job_name, timeout=60).status == JobStatus.STOPPED
+
+
+HOLD_SCRIPT = """
+import os, sys, time
+if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):  # --marker PATH: a later attempt
+    print(f"rank {os.environ['RANK']} retried", flush=True)
+    sys.exit(0)
+print(f"rank {os.environ['RANK']} pid {os.getpid()} on {os.environ['SHOAL_RAY_NODE_ID']}",
+      flush=True)
+time.sleep(600)
+"""
+
+
+def _rank_pids(log: str) -> dict[int, int]:
+    """rank -> pid, from HOLD_SCRIPT's lines."""
+    pids = {}
+    for line in log.splitlines():
+        if "] rank " in line and " pid " in line:
+            words = line.partition("] ")[2].split()
+            pids[int(words[1])] = int(words[3])
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")  # a zombie has ended too
+    except FileNotFoundError:
+        return True
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().split(") ")[1].split()[1])
+
+
+def _start_two_hosts(s, tmp_path, **options):
+    from shoal.pytorch import PyTorch
+
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_SCRIPT)
+    est = PyTorch(entry_point=str(script), instance_count=2,
+                  distribution={"torch_distributed": {"enabled": True}}, **options)
+    est.fit(wait=False)
+    name = est.latest_training_job.name
+    wait_until(lambda: len(_rank_pids(s.jobs.read_log(name).decode())) == 2, 120,
+               what="both hosts' ranks to start")
+    return est, name
+
+
+def _group_state(hex_id: str) -> str:
+    import ray
+
+    return ray.util.placement_group_table().get(hex_id, {}).get("state", "REMOVED")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_stopping_a_two_host_job_stops_the_ranks_on_both_nodes(team, tmp_path):
+    s = team()
+    with shoal.use(s):
+        est, name = _start_two_hosts(s, tmp_path)
+        record = s.jobs.get(name)
+        group = record.handle["placement_group"]
+        assert _group_state(group) == "CREATED"
+        pids = _rank_pids(s.jobs.read_log(name).decode())
+        started = time.monotonic()
+        est.latest_training_job.stop()
+        record = s.jobs.wait(name, timeout=60)
+    assert record.status == JobStatus.STOPPED
+    assert time.monotonic() - started < 45
+    wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
+               what="both ranks (one on each host) to end")
+    wait_until(lambda: _group_state(group) == "REMOVED", 30,
+               what="the job's placement group to be removed")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_losing_the_second_hosts_actor_retries_the_job_and_leaves_nothing(team, tmp_path):
+    s = team()
+    marker = tmp_path / "lost-once"
+    with shoal.use(s):
+        _, name = _start_two_hosts(s, tmp_path, max_retry_attempts=2,
+                                   hyperparameters={"marker": str(marker)})
+        first = s.jobs.get(name).handle["placement_group"]
+        pids = _rank_pids(s.jobs.read_log(name).decode())
+        marker.touch()  # the next attempt's ranks finish at once
+        # rank 1 -> its host's rank launcher -> the host's Ray actor (worker process): kill
+        # the actor's process, as a node going away would.
+        os.kill(_parent(_parent(pids[1])), signal.SIGKILL)
+        record = s.jobs.wait(name, timeout=120)
+    log = s.jobs.read_log(name).decode()
+    assert "algo-2: its node or actor was lost" in log
+    assert "attempt 2 of 2" in log
+    assert "[algo-2 rank 1] rank 1 retried" in log and "[algo-1 rank 0] rank 0 retried" in log
+    assert record.status == JobStatus.COMPLETED and record.attempt == 2
+    wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
+               what="the first attempt's ranks to end")
+    wait_until(lambda: _group_state(first) == "REMOVED", 30,
+               what="the job's placement group to be removed")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_job_needing_more_hosts_than_the_cluster_holds_fails_at_once(team, tmp_path):
+    from shoal.pytorch import PyTorch
+
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    s = team()
+    with shoal.use(s):
+        est = PyTorch(entry_point=str(script), instance_count=50,
+                      distribution={"torch_distributed": {"enabled": True}})
+        started = time.monotonic()
+        with pytest.raises(shoal.errors.JobFailedError, match="asks for 50 hosts"):
+            est.fit(logs=False)
+    assert time.monotonic() - started < 30

@@ -68,6 +68,22 @@ def test_a_job_no_node_can_hold_is_refused():
         check_feasible("j", {"CPU": 2.0, "node2": 1.0}, nodes)
 
 
+def test_hosts_are_refused_when_the_nodes_cannot_hold_them_together():
+    from shoal.backends.ray import check_placeable
+    from shoal.errors import ResourceUnavailableError
+
+    nodes = [{"CPU": 2.0, "memory": 8e9}, {"CPU": 1.0, "node2": 1.0, "memory": 4e9}]
+    check_placeable("j", {"CPU": 1.0}, 3, nodes)  # two on the first node, one on the second
+    check_placeable("j", {"CPU": 2.0}, 1, nodes)
+    with pytest.raises(ResourceUnavailableError, match="asks for 4 hosts of CPU=1 each") as e:
+        check_placeable("j", {"CPU": 1.0}, 4, nodes)
+    assert "at most 3 of them" in str(e.value)
+    with pytest.raises(ResourceUnavailableError, match="at most 1 of them"):
+        check_placeable("j", {"CPU": 1.0, "memory": 5e9}, 2, nodes)
+    with pytest.raises(ResourceUnavailableError, match="no node"):  # not even one host fits
+        check_placeable("j", {"CPU": 4.0}, 2, nodes)
+
+
 def _f() -> None:
     return None
 

@@ -19,6 +19,7 @@ supervisor actor of its pool and shape, started on first use and reused until it
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -29,8 +30,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
 from shoal.backends._raynode import node_env, start_supervisor
-from shoal.core.ports import ExecContext, LaunchInfo
+from shoal.core.ports import RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, ExecContext, LaunchInfo
 from shoal.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -38,7 +40,8 @@ from shoal.errors import (
     ResourceUnavailableError,
 )
 
-__all__ = ["RayBackend", "check_feasible", "check_shared_stores", "node_env"]
+__all__ = ["RayBackend", "check_feasible", "check_placeable", "check_shared_stores",
+           "node_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,22 @@ def check_feasible(job: str, demand: Mapping[str, float],
         f"no node of the Ray cluster can hold job {job!r} ({asked}); its nodes have: "
         f"{largest}. Choose a smaller instance_type, drop SHOAL_RAY_RESOURCES, or add a node "
         "that has them", job=job)
+
+
+def check_placeable(job: str, demand: Mapping[str, float], hosts: int,
+                    nodes: list[Mapping[str, float]]) -> None:
+    """Refuse a job of *hosts* hosts the alive nodes could never hold together (one *demand*
+    each; several may share a node)."""
+    check_feasible(job, demand, nodes)
+    room = sum(int(min(node.get(k, 0.0) / v for k, v in demand.items() if v > 0))
+               for node in nodes)
+    if room >= hosts:
+        return
+    asked = ", ".join(f"{k}={v:g}" for k, v in sorted(demand.items()))
+    raise ResourceUnavailableError(
+        f"job {job!r} asks for {hosts} hosts of {asked} each, and the Ray cluster's "
+        f"{len(nodes)} alive node(s) hold at most {room} of them together. Lower "
+        "instance_count, choose a smaller instance_type, or add nodes", job=job)
 
 
 class RayBackend:
@@ -152,6 +171,8 @@ class RayBackend:
         check_shared_stores(ctx.env, len(nodes))
         demand = self._demand(ctx)
         check_feasible(ctx.job, demand, [n.get("Resources") or {} for n in nodes])
+        if ctx.hosts > 1:
+            return self._launch_placed(ctx, demand, nodes)
         if ctx.pool and ctx.keep_alive_seconds > 0:
             return self._launch_warm(ctx, demand)
         self._warm_pools().make_room(demand)  # idle warm actors never make a job wait
@@ -171,6 +192,46 @@ class RayBackend:
         # The actor may wait for resources: the pid and node are known only once it runs.
         return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
                                               "address": self._address})
+
+    def _launch_placed(self, ctx: ExecContext, demand: dict[str, float],
+                       nodes: list[dict[str, Any]]) -> LaunchInfo:
+        """A job on several hosts: a placement group of one bundle per host, on as many nodes
+        (``STRICT_SPREAD``) when the cluster has them, else spread as far as it goes. The
+        supervisor runs in bundle 0; the other hosts' ranks start in theirs
+        (``_rayhost.py``). The group ends with the supervisor's actor."""
+        ray = self._ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        shapes = [n.get("Resources") or {} for n in nodes]
+        check_placeable(ctx.job, demand, ctx.hosts, shapes)
+        holding = sum(1 for n in shapes if all(n.get(k, 0.0) >= v for k, v in demand.items()))
+        strategy = "STRICT_SPREAD" if holding >= ctx.hosts else "SPREAD"
+        self._warm_pools().make_room({k: v * ctx.hosts for k, v in demand.items()})
+        actor = _actor_name(ctx.job)
+        try:
+            group = placement_group([dict(demand) for _ in range(ctx.hosts)],
+                                    strategy=strategy, name=actor, lifetime="detached")
+        except (ValueError, TypeError) as e:
+            raise LaunchError(f"Ray refused the placement group of job {ctx.job!r}: {e}",
+                              job=ctx.job) from e
+        placement = {"group": group.id.hex(), "namespace": self._namespace, "hosts": ctx.hosts,
+                     "strategy": strategy, "bundle": _actor_resources(dict(demand))}
+        options: dict[str, Any] = {
+            "name": actor, "namespace": self._namespace, "lifetime": "detached",
+            "max_restarts": 0, **_actor_resources(dict(demand)),
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0)}
+        try:
+            self._actor_cls.options(**options).remote(
+                ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd, placement)
+        except (ValueError, TypeError, ray.exceptions.RayError) as e:
+            ray.util.remove_placement_group(group)
+            raise LaunchError(f"cannot start the supervisor of job {ctx.job!r} on Ray: {e}",
+                              job=ctx.job) from e
+        return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
+                                              "address": self._address,
+                                              "placement_group": group.id.hex()})
 
     def _launch_warm(self, ctx: ExecContext, demand: dict[str, float]) -> LaunchInfo:
         """Hand the job (or batch) to a warm supervisor actor of its pool and shape
@@ -260,6 +321,8 @@ class RayBackend:
             logger.warning("the supervisor actor %s did not answer within %.0f s; killing it",
                            handle["actor"], _STOP_CALL_TIMEOUT_S)
             ray.kill(actor, no_restart=True)
+            if handle.get("placement_group"):
+                _remove_group(handle["placement_group"])
 
     def close(self) -> None:
         """Nothing to release: the jobs' actors are detached on purpose, and the Ray
@@ -275,6 +338,14 @@ def _use_token(path: str) -> None:
         from ray._raylet import Config  # re-read the environment if ray was imported already
 
         Config.initialize("")
+
+
+def _remove_group(hex_id: str) -> None:
+    """Free a job's placement group (and whatever still runs in it)."""
+    import ray
+
+    with contextlib.suppress(Exception):  # removed already
+        ray.util.remove_placement_group(placement_group_by_id(hex_id))
 
 
 def _actor_resources(demand: dict[str, float]) -> dict[str, Any]:
@@ -299,12 +370,20 @@ class _SupervisorHost:
     ``ray.remote`` in the client; instantiated on the node)."""
 
     def __init__(self, job: str, entrypoint: str, args: list[str], env: dict[str, str],
-                 cwd: str | None) -> None:
+                 cwd: str | None, placement: dict[str, Any] | None = None) -> None:
         import ray
 
-        self._node_id = ray.get_runtime_context().get_node_id()
+        context = ray.get_runtime_context()
+        self._node_id = context.get_node_id()
+        self._group = placement["group"] if placement else None
         env = node_env(env, os.environ)
         env["SHOAL_RAY_NODE_ID"] = self._node_id  # the job can tell where it ran
+        if placement:  # the other hosts' ranks start in the group's other bundles
+            env[PLACEMENT_VAR] = json.dumps({**placement, "gcs": context.gcs_address})
+            env[RANK_HOST_LAUNCHER] = "shoal.backends._rayhost"
+            env[RANK_MASTER_ADDR] = ray.util.get_node_ip_address()
+            # The hosts' launchers connect to the cluster as this worker does.
+            env.update({k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")})
         log_path = Path(env["SHOAL_HOME"]) / "run" / "supervisors" / f"{job}.log"
         # Started from this (the worker's main) thread: PR_SET_PDEATHSIG follows it.
         self._proc = start_supervisor(entrypoint, args, env, cwd, log_path)
@@ -317,6 +396,8 @@ class _SupervisorHost:
 
         self._proc.wait()
         # The job is over (its end state is in the store): free the node's resources.
+        if self._group:
+            _remove_group(self._group)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def info(self) -> dict[str, Any]:

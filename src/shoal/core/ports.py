@@ -25,7 +25,8 @@ from shoal.core.experiments import (
 )
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 
-__all__ = ["ArtifactStore", "Backend", "ExecContext", "JobQuery", "LaunchInfo", "MetadataStore"]
+__all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "Backend", "ExecContext",
+           "JobQuery", "LaunchInfo", "MetadataStore"]
 
 
 @runtime_checkable
@@ -135,6 +136,16 @@ class MetadataStore(Protocol):
     def delete_endpoint(self, name: str) -> bool: ...
 
 
+#: Set in a supervisor's environment by a backend that placed the job's hosts on several
+#: nodes: the module that runs another host's ranks on its node (``python -m MODULE
+#: SPEC_JSON``), and the address of the first host, where rank 0 listens.
+RANK_HOST_LAUNCHER = "SHOAL_RANK_HOST_LAUNCHER"
+RANK_MASTER_ADDR = "SHOAL_RANK_MASTER_ADDR"
+#: In the job's directory: a line per other host whose node or actor was lost mid-job (an
+#: infrastructure failure: the attempt is retried).
+LOST_HOSTS = "hosts-lost"
+
+
 @dataclass(frozen=True, slots=True)
 class ExecContext:
     """What a backend starts: a dotted entry point, its arguments and its environment."""
@@ -153,6 +164,9 @@ class ExecContext:
     cpus: float = 0.0
     gpus: int = 0
     memory_mib: int | None = None
+    #: Machines the job spans (``instance_count``): a cluster backend places one such
+    #: reservation per host (each of ``cpus``, ``gpus``, ``memory_mib``).
+    hosts: int = 1
     #: Jobs handed over together to one warm worker (``JobService.submit_batch``); ``job`` then
     #: names the batch.
     batch: tuple[str, ...] = ()

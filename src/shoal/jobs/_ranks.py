@@ -2,12 +2,13 @@
 
 Runs as ``python -m shoal.jobs._ranks PLAN.json`` (standard library only) in the job's process
 group, so the supervisor's stop and kill reach every rank. The plan lists, for each rank, its
-command, environment, working directory and label. The exit code is 0 when every rank exits 0,
+command, environment, working directory and label (``raw``: its output is prefixed already). The exit code is 0 when every rank exits 0,
 otherwise that of the first rank that failed (128 + N for a rank killed by signal N).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -26,8 +27,9 @@ class _Rank:
         self.label = spec.get("label", f"rank {index}")
         self.proc = subprocess.Popen(
             spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.prefix = f"[{self.label}] ".encode()
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher)
+        # A raw rank's lines come prefixed already (another host's own launcher).
+        self.prefix = b"" if spec.get("raw") else f"[{self.label}] ".encode()
         self.partial = b""
         self.rc: int | None = None
         out = self.proc.stdout
@@ -47,6 +49,16 @@ class _Rank:
         if self.partial:
             out.write(self.prefix + self.partial + b"\n")
             self.partial = b""
+
+
+def _die_with_launcher() -> None:
+    """In a rank, before its exec: die if this launcher dies (a killed launcher, e.g. on
+    another host whose actor ended, never leaves ranks running)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _exit_code(rc: int) -> int:

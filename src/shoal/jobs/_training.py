@@ -33,6 +33,7 @@ from typing import Any
 
 from shoal.core.experiments import MetricPoint, job_owner, run_owner
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec
+from shoal.core.ports import LOST_HOSTS, RANK_HOST_LAUNCHER, RANK_MASTER_ADDR
 from shoal.errors import ShoalError
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import ExecProcess, JobProcess
@@ -43,9 +44,11 @@ __all__ = ["TRAINING", "RankSetup", "TrainingAttempt", "hyperparameter_args", "r
 
 #: ``spec.extra`` key of a script job's training settings.
 TRAINING = "training"
+
 _CHECKPOINT_SYNC_S = 5.0
 _METRIC_FLUSH_S = 1.0
 _OPT_ML = "/opt/ml"
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +194,9 @@ class TrainingAttempt:
     """One attempt of a script job (or a multi-rank function job) under a supervisor."""
 
     def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *, artifacts: Any,
-                 metadata: Any, cores: int) -> None:
+                 metadata: Any, cores: int, attempt: int = 1) -> None:
         self.record = record
+        self.attempt = attempt
         self.spec = record.spec
         self.cfg: dict[str, Any] = dict(record.spec.extra.get(TRAINING) or {})
         self.workdir = workdir
@@ -413,30 +417,53 @@ class TrainingAttempt:
                                cwd=self.workdir, env=launcher_env, memory_mib=None)
 
     def _rank_plans(self, python: str, env: dict[str, str]) -> list[dict[str, Any]]:
+        """Every rank's plan, or with a host launcher (``SHOAL_RANK_HOST_LAUNCHER``: a cluster
+        backend placed the job on several nodes) this host's ranks and one launcher per other
+        host, which starts that host's ranks on its node (``run_host``)."""
         port = _free_port()
+        launcher = env.get(RANK_HOST_LAUNCHER)
+        addr = env.get(RANK_MASTER_ADDR) or "127.0.0.1"
         plans = []
-        r = self.ranks
         for host_i, host in enumerate(self.hosts()):
-            for local in range(r.per_host):
-                rank = host_i * r.per_host + local
-                rank_env = {**env, **self.environment(host)}
-                if r.torchrun:
-                    rank_env.update({
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                        "WORLD_SIZE": str(r.world), "RANK": str(rank), "LOCAL_RANK": str(local),
-                        "LOCAL_WORLD_SIZE": str(r.per_host), "GROUP_RANK": str(host_i),
-                        "NODE_RANK": str(host_i), "TORCHELASTIC_RUN_ID": self.record.name})
-                if self.is_script:
-                    cwd = self.workdir / "code"
-                    rank_env["PYTHONPATH"] = os.pathsep.join(
-                        p for p in (str(cwd), env.get("PYTHONPATH", "")) if p)
-                    argv = self.command(python)
-                else:  # a function: rank 0 in the job directory, the others beside it
-                    cwd = self.workdir if rank == 0 else self._rank_dir(rank)
-                    argv = [python, "-m", "shoal.jobs._entrypoint", str(cwd)]
-                    rank_env.setdefault("SHOAL_JOB_CWD", str(cwd))
-                label = f"{host} rank {rank}" if r.world > 1 else host
-                plans.append({"argv": argv, "env": rank_env, "cwd": str(cwd), "label": label})
+            if launcher and host_i > 0:
+                spec = {"job": self.record.name, "attempt": self.attempt, "host_index": host_i,
+                        "master_addr": addr, "master_port": port}
+                launcher_env = {k: v for k, v in env.items() if k != "SHOAL_JOB_KEY"}
+                launcher_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+                # Its output arrives prefixed by that host's own rank launcher.
+                plans.append({"argv": [sys.executable, "-m", launcher, json.dumps(spec)],
+                              "env": launcher_env, "cwd": str(self.workdir), "label": host,
+                              "raw": True})
+            else:
+                plans += self.host_plans(python, env, host_i, addr, port)
+        return plans
+
+    def host_plans(self, python: str, env: dict[str, str], host_i: int, master_addr: str,
+                   master_port: int) -> list[dict[str, Any]]:
+        """The plans of the ranks on host *host_i* (``algo-<host_i + 1>``)."""
+        r = self.ranks
+        host = self.hosts()[host_i]
+        plans = []
+        for local in range(r.per_host):
+            rank = host_i * r.per_host + local
+            rank_env = {**env, **self.environment(host), "SM_MASTER_ADDR": master_addr}
+            if r.torchrun:
+                rank_env.update({
+                    "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+                    "WORLD_SIZE": str(r.world), "RANK": str(rank), "LOCAL_RANK": str(local),
+                    "LOCAL_WORLD_SIZE": str(r.per_host), "GROUP_RANK": str(host_i),
+                    "NODE_RANK": str(host_i), "TORCHELASTIC_RUN_ID": self.record.name})
+            if self.is_script:
+                cwd = self.workdir / "code"
+                rank_env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (str(cwd), env.get("PYTHONPATH", "")) if p)
+                argv = self.command(python)
+            else:  # a function: rank 0 in the job directory, the others beside it
+                cwd = self.workdir if rank == 0 else self._rank_dir(rank)
+                argv = [python, "-m", "shoal.jobs._entrypoint", str(cwd)]
+                rank_env.setdefault("SHOAL_JOB_CWD", str(cwd))
+            label = f"{host} rank {rank}" if r.world > 1 else host
+            plans.append({"argv": argv, "env": rank_env, "cwd": str(cwd), "label": label})
         return plans
 
     def _rank_dir(self, rank: int) -> Path:
@@ -487,6 +514,13 @@ class TrainingAttempt:
         """After the process ended, whatever the outcome: last metrics and checkpoints."""
         self._flush_metrics(final=True)
         self._sync_checkpoints()
+
+    def lost_hosts(self) -> str | None:
+        """What another host's launcher reported losing (its node or actor), if anything:
+        an infrastructure failure, worth another attempt."""
+        with contextlib.suppress(OSError):
+            return (self.workdir / LOST_HOSTS).read_text(errors="replace").strip() or None
+        return None
 
     def failure_text(self) -> str | None:
         path = self.workdir / "output" / "failure"

@@ -204,7 +204,7 @@ class Supervisor:
             env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
             self._preparer.pre_execute(record, self._plan, env, workdir, sink,
                                        lambda: self._stop)
-            training = self._training_for(record, workdir, sink)
+            training = self._training_for(record, workdir, sink, attempt)
         except PrepareError as e:
             return Outcome(JobStatus.FAILED, e.kind, e.reason)
         setup = time.monotonic() - t0
@@ -247,18 +247,24 @@ class Supervisor:
             self._tap = None
             if training is not None:
                 training.close()
+        if training is not None and rc != 0 and not (stopped or timed_out) and (
+                lost := training.lost_hosts()):
+            return Outcome(JobStatus.FAILED, FailureKind.SUPERVISOR_LOST,
+                           f"another host of the job was lost mid-job, and its other ranks "
+                           f"were stopped: {lost}", exit_code=rc, retry=True)
         if training is not None and training.is_script:
             return self._conclude_script(training, rc, stopped, timed_out, sink)
         return self._conclude(record, workdir, rc, stopped, timed_out, sink,
                               inline=getattr(proc, "inline", None))
 
-    def _training_for(self, record: JobRecord, workdir: Path, sink: LogSink
+    def _training_for(self, record: JobRecord, workdir: Path, sink: LogSink, attempt: int
                       ) -> TrainingAttempt | None:
         spec = record.spec
         if spec.kind != JobKind.SCRIPT and ranks_of(spec).world == 1:
             return None
         training = TrainingAttempt(record, workdir, sink, artifacts=self._svc.artifacts,
-                                   metadata=self._svc.metadata, cores=self._cores)
+                                   metadata=self._svc.metadata, cores=self._cores,
+                                   attempt=attempt)
         training.setup()
         return training
 
@@ -292,6 +298,50 @@ class Supervisor:
             f"AlgorithmError: {what}; last output:\n{sink.tail(20)}"
         return Outcome(JobStatus.FAILED, FailureKind.SIGNAL if rc < 0 else FailureKind.EXIT_CODE,
                        reason, exit_code=rc, retry=retry)
+
+    def run_host(self, name: str, attempt: int, host_index: int, master_addr: str,
+                 master_port: int) -> int:
+        """Run the ranks of host *host_index* of a job placed on several nodes, on this node:
+        prepare the job's environment and directory here as for its first host, then hand
+        over to the rank launcher (which takes this process's place). Its output (this host's
+        preparation, then its ranks' lines) goes to stdout, which the first host's supervisor
+        streams into the job's log; the job's state stays that supervisor's to record."""
+        out: Any = _StdoutSink()  # a LogSink's write and tail, on stdout
+        record = self._svc.get(name)
+        host = f"algo-{host_index + 1}"
+        if record.status.is_terminal or record.status == JobStatus.STOPPING:
+            out.write(f"[shoal] {host}: job {name} is {record.status}; not starting\n".encode())
+            return 1
+        workdir = self._work_root / f"{name}.{attempt}.{host}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        self._install_signals()
+        try:
+            self._plan = self._preparer.prepare(record, workdir, out, inline_ok=False)
+            env = self._child_env(record.spec, self._svc.metadata.get_job_secret(name), name)
+            self._preparer.pre_execute(record, self._plan, env, workdir, out,
+                                       lambda: self._stop)
+            training = TrainingAttempt(record, workdir, out, artifacts=self._svc.artifacts,
+                                       metadata=self._svc.metadata, cores=self._cores,
+                                       attempt=attempt)
+            training.setup()
+        except PrepareError as e:
+            out.write(f"[shoal] {host} could not prepare job {name}: {e.reason}\n".encode())
+            return 1
+        if self._stop:
+            return 128 + signal.SIGTERM
+        plan = {"grace_seconds": record.spec.stop_grace_period_in_seconds,
+                "ranks": training.host_plans(self._plan.python, env, host_index, master_addr,
+                                             master_port)}
+        plan_file = workdir / "ranks.json"
+        plan_file.write_text(json.dumps(plan))
+        sys.stdout.flush()
+        signal.set_wakeup_fd(-1)
+        launcher_env = {k: v for k, v in env.items() if k != "SHOAL_JOB_KEY"}
+        launcher_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+        os.execve(sys.executable, [sys.executable, "-m", "shoal.jobs._ranks", str(plan_file)],
+                  launcher_env)
+        return 70  # not reached
 
     def run_batch(self, batch: str, names: Sequence[str], *,
                   notify: Callable[[dict[str, Any], bytes], None] | None = None) -> int:
@@ -470,6 +520,25 @@ class Supervisor:
         # The pickle first, its metadata last: a reader that finds the metadata finds both.
         self._svc.artifacts.put_bytes(job_key(name, kind, "payload.pkl"), blobs[0])
         self._svc.artifacts.put_bytes(job_key(name, kind, "metadata.json"), blobs[1])
+
+
+class _StdoutSink:
+    """A log sink on this process's standard output (``run_host``: another process
+    collects it)."""
+
+    def __init__(self) -> None:
+        self._tail: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        self._tail = (self._tail + data.splitlines())[-50:]
+
+    def tail(self, lines: int) -> str:
+        return b"\n".join(self._tail[-lines:]).decode(errors="replace")
+
+    def close(self) -> None:
+        sys.stdout.flush()
 
 
 def _collect(workdir: Path, inline: dict[str, Any] | None

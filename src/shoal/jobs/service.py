@@ -20,6 +20,7 @@ from shoal.errors import (
     JobTimeoutError,
     ShoalError,
 )
+from shoal.jobs._training import ranks_of
 from shoal.serialization import Payload, deserialize, new_key, serialize
 from shoal.storage.artifacts import job_key
 
@@ -221,7 +222,7 @@ class JobService:
                           env=self._env, prepare=self._prepare,
                           pool=self._pool_key(record) if keep else None,
                           keep_alive_seconds=float(keep), cpus=spec.cpus, gpus=spec.gpus,
-                          memory_mib=spec.memory_mib)
+                          memory_mib=spec.memory_mib, hosts=ranks_of(spec).hosts)
         try:
             info = self.backend.launch(ctx)
         except ShoalError as e:

@@ -1,0 +1,168 @@
+"""The other hosts of a job placed on several Ray nodes (``instance_count`` > 1).
+
+The Ray backend reserves one placement-group bundle per host (``ray.py``); the job's
+supervisor runs in bundle 0 and starts host ``algo-1``'s ranks itself. For every other host its
+rank launcher (``shoal.jobs._ranks``) runs this module as one more "rank"::
+
+    python -m shoal.backends._rayhost '{"job": ..., "attempt": 1, "host_index": 1,
+                                       "master_addr": ..., "master_port": ...}'
+
+which starts a ``RankHost`` actor in that host's bundle, on its node. The actor prepares the
+job there as for the first host (environment, code, channels: ``shoal.session:rank_host_main``)
+and runs that host's ranks; this process streams their output into the job's log (each line
+already prefixed with its host and rank), passes a stop on, and exits with the host's exit
+code. The actor is owned by this process and its processes die with the actor
+(``PR_SET_PDEATHSIG``): whichever side goes first, nothing is left running. A node lost
+mid-job ends this process with an error, which stops the job's other ranks and fails it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from shoal.backends._raynode import node_env, start_supervisor
+from shoal.core.ports import LOST_HOSTS
+
+__all__ = ["PLACEMENT_VAR", "RankHost", "main", "placement_group_by_id"]
+
+#: The supervisor's environment on a job placed on several nodes: JSON with the placement
+#: group's name, the namespace, the GCS address and each bundle's actor options.
+PLACEMENT_VAR = "SHOAL_RAY_PLACEMENT"
+
+HOST_ENTRY = "shoal.session:rank_host_main"
+_POLL_S = 0.2
+_CHUNK = 1 << 20
+#: After a stop, how long past the job's grace period to wait for the host before killing it.
+_KILL_AFTER_S = 5.0
+
+
+def placement_group_by_id(hex_id: str) -> Any:
+    """The placement group of that id (a job's record and supervisor carry it as hex)."""
+    from ray import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(hex_id)))
+
+
+class RankHost:
+    """The actor of one other host (wrapped by ``ray.remote`` in ``main``; instantiated on the
+    node of its bundle)."""
+
+    def __init__(self, env: dict[str, str], spec: dict[str, Any]) -> None:
+        import ray
+
+        self._node_id = ray.get_runtime_context().get_node_id()
+        env = node_env(env, os.environ)
+        env["SHOAL_RAY_NODE_ID"] = self._node_id
+        host = f"algo-{int(spec['host_index']) + 1}"
+        self._log = (Path(env["SHOAL_HOME"]) / "run" / "supervisors" /
+                     f"{spec['job']}.{spec['attempt']}.{host}.log")
+        self._log.parent.mkdir(parents=True, exist_ok=True)
+        self._log.write_bytes(b"")
+        args = [str(spec[k]) for k in ("job", "attempt", "host_index", "master_addr",
+                                       "master_port")]
+        # Started from this (the worker's main) thread: PR_SET_PDEATHSIG follows it.
+        self._proc = start_supervisor(HOST_ENTRY, args, env, None, self._log)
+
+    def node_id(self) -> str:
+        return self._node_id
+
+    def read(self, offset: int) -> tuple[bytes, int | None]:
+        """Output from *offset* on, and the exit code once the host has ended (and every
+        byte of its output is in this answer)."""
+        rc = self._proc.poll()
+        with open(self._log, "rb") as f:
+            f.seek(offset)
+            data = f.read(_CHUNK)
+            more = bool(f.read(1))
+        return data, (None if rc is None or more else rc)
+
+    def signal(self, signum: int) -> None:
+        """Signal the host's rank launcher (SIGTERM: it stops its ranks within the grace
+        period); SIGKILL goes to its whole process group."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                if signum == signal.SIGKILL:
+                    os.killpg(self._proc.pid, signum)
+                else:
+                    os.kill(self._proc.pid, signum)
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    placement = json.loads(os.environ[PLACEMENT_VAR])
+    host = f"algo-{int(spec['host_index']) + 1}"
+    out = sys.stdout.buffer
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+
+    def say(text: str) -> None:
+        out.write(f"[shoal] {host}: {text}\n".encode())
+        out.flush()
+
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ray.init(address=placement["gcs"], namespace=placement["namespace"], log_to_driver=False,
+             configure_logging=False, logging_level=logging.WARNING)
+    group = placement_group_by_id(placement["group"])
+    options = dict(placement["bundle"])
+    strategy = PlacementGroupSchedulingStrategy(
+        group, placement_group_bundle_index=int(spec["host_index"]))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PLACEMENT_VAR)}
+    env.pop("SHOAL_RAY_NODE_ID", None)
+    actor: Any = ray.remote(RankHost).options(
+        scheduling_strategy=strategy, max_restarts=0, max_concurrency=2,
+        **options).remote(env, spec)
+    offset, stop_sent = 0, None
+    grace = float(placement.get("grace_seconds", 10.0))
+    try:
+        say(f"starting on node {ray.get(actor.node_id.remote())}")
+        while True:
+            if stop.is_set() and stop_sent is None:
+                say("stop requested: stopping its ranks")
+                actor.signal.remote(int(signal.SIGTERM))
+                stop_sent = time.monotonic()
+            if stop_sent is not None and time.monotonic() > stop_sent + grace + _KILL_AFTER_S:
+                say("its ranks did not stop in time: killing them")
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(actor.signal.remote(int(signal.SIGKILL)), timeout=5)
+                return 128 + signal.SIGKILL
+            data, rc = ray.get(actor.read.remote(offset))
+            if data:
+                out.write(data)
+                out.flush()
+                offset += len(data)
+            if rc is not None:
+                return _exit_code(rc)
+            if not data:
+                stop.wait(_POLL_S)
+    except ray.exceptions.RayActorError as e:
+        what = f"{host}: its node or actor was lost ({type(e).__name__})"
+        say(f"its node or actor was lost: {type(e).__name__}: {str(e).splitlines()[0]}")
+        # The supervisor reads this (the job's directory is our working directory): an
+        # infrastructure failure, retried up to max_retry_attempts.
+        with open(LOST_HOSTS, "a") as f:
+            f.write(what + "\n")
+        return 1
+    finally:
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
