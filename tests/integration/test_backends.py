@@ -171,3 +171,26 @@ def test_a_failing_rank_fails_the_job_and_stops_the_others(backend_session, tmp_
     assert "exited with code 7; stopping the other ranks" in log
     assert "rank 0 finished" not in log
     assert "exited with code 7" in record.failure_reason
+
+
+def _all_reduce(x: float) -> tuple[int, int, float]:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([x * (dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    out = (dist.get_rank(), dist.get_world_size(), t.item(), os.environ["LOCAL_RANK"])
+    dist.destroy_process_group()
+    return out
+
+
+def test_remote_function_with_torchrun_returns_rank_zero_result(backend_session):
+    pytest.importorskip("torch")
+    f = remote(instance_count=2, use_torchrun=True)(_all_reduce)
+    rank, world, total, local = f(1.5)
+    assert (rank, world, total, local) == (0, 2, 4.5, "0")  # 1.5 * 1 + 1.5 * 2
+    f2 = remote(use_torchrun=True, nproc_per_node=2)(_all_reduce)
+    assert f2(1.0)[1:3] == (2, 3.0)

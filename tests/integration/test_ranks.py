@@ -61,30 +61,12 @@ def test_torch_distributed_estimator_runs_every_rank_with_gloo(session, tmp_path
     assert len({s["master"] for s in ranks.values()}) == 1
 
 
-def _all_reduce(x: float) -> tuple[int, int, float]:
-    import os
-
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    t = torch.tensor([x * (dist.get_rank() + 1)])
-    dist.all_reduce(t)
-    out = (dist.get_rank(), dist.get_world_size(), t.item(), os.environ["LOCAL_RANK"])
-    dist.destroy_process_group()
-    return out
-
-
-def test_remote_function_with_torchrun_returns_rank_zero_result(session):
-    f = remote(instance_count=2, use_torchrun=True)(_all_reduce)
-    rank, world, total, local = f(1.5)
-    assert (rank, world, total, local) == (0, 2, 4.5, "0")  # 1.5 * 1 + 1.5 * 2
-    f2 = remote(use_torchrun=True, nproc_per_node=2)(_all_reduce)
-    assert f2(1.0)[1:3] == (2, 3.0)
+def _one(x: float) -> float:
+    return x
 
 
 def test_remote_multi_instance_needs_torchrun(session):
     with pytest.raises(InvalidArgumentError, match="needs use_torchrun=True"):
-        remote(instance_count=2)(_all_reduce)
+        remote(instance_count=2)(_one)
     with pytest.raises(InvalidArgumentError, match="nproc_per_node must be a positive integer"):
-        remote(use_torchrun=True, nproc_per_node=0)(_all_reduce)
+        remote(use_torchrun=True, nproc_per_node=0)(_one)
