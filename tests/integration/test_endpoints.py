@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -370,21 +371,55 @@ def test_contract_estimator_deploys_its_model_data(endpoint_session, tmp_path, o
     assert np.allclose(predictor.predict([[0, 0, 0, 0]]), B[None, :])
 
 
+def test_contract_a_model_whose_environment_cannot_be_built_fails(endpoint_session, tmp_path,
+                                                                  onnx_dir):
+    deps = tmp_path / "requirements.txt"
+    deps.write_text("shoal-no-such-package-anywhere==9.9.9\n")
+    name = _unique("noenv")
+    with pytest.raises(EndpointFailedError, match="environment could not be built"):
+        Model(onnx_dir, dependencies=str(deps)).deploy(endpoint_name=name)
+    record = EndpointService(endpoint_session).get(name)
+    assert record.status == EndpointStatus.FAILED
+    assert "shoal-no-such-package-anywhere" in record.failure_reason
+
+
+def test_contract_a_model_server_that_exits_in_its_environment_fails_with_its_output(
+        endpoint_session, tmp_path, onnx_dir):
+    src = _handler_dir(tmp_path, """
+        import six  # from code/requirements.txt: the model has its own environment
+        raise SystemExit("the handler gave up at import")
+    """)
+    (src / "requirements.txt").write_text("six==1.16.0\n")
+    name = _unique("exits")
+    with pytest.raises(EndpointFailedError, match="the handler gave up at import"):
+        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
+    record = EndpointService(endpoint_session).get(name)
+    assert record.status == EndpointStatus.FAILED and record.serving == ()
+
+
 @pytest.mark.slow
-def test_requirements_give_the_model_its_own_environment(session, tmp_path, onnx_dir):
+def test_contract_requirements_give_the_model_its_own_environment(endpoint_session, tmp_path,
+                                                                   onnx_dir):
+    """dependencies= (the deployer's requirements) and the model's code/requirements.txt: the
+    model server runs in an environment built from both (on Ray: on the replica's node, and
+    the replica forwards to it)."""
     src = _handler_dir(tmp_path, """
         import sys
         import six
+        import toolz
 
         def model_fn(model_dir):
             return None
 
         def predict_fn(data, model):
-            return {"six": six.__version__, "python": sys.executable}
+            return {"six": six.__version__, "toolz": toolz.__version__, "python": sys.executable}
     """)
-    (src / "requirements.txt").write_text("six==1.16.0\n")
-    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
-        endpoint_name="own-env")
+    (src / "requirements.txt").write_text("toolz==0.12.1\n")
+    deps = tmp_path / "deployer-requirements.txt"
+    deps.write_text("six==1.16.0\n")
+    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src),
+                      dependencies=str(deps)).deploy(endpoint_name=_unique("own-env"))
     answer = predictor.predict([[1]])
-    assert answer["six"] == "1.16.0"
-    assert Path(answer["python"]).parent.parent.parent == session.home / "envs"
+    assert (answer["six"], answer["toolz"]) == ("1.16.0", "0.12.1")
+    assert Path(answer["python"]).parent.parent.parent == endpoint_session.home / "envs"
+    assert answer["python"] != sys.executable

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from shoal.errors import LaunchError
 
-__all__ = ["node_env", "start_supervisor"]
+__all__ = ["node_env", "node_home", "start_supervisor"]
 
 #: The client's values of these are meaningless on another machine: the node's own win.
 _NODE_VARS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "VIRTUAL_ENV",
@@ -35,7 +35,7 @@ sys.exit(int(resolve_entrypoint(sys.argv[2])(*sys.argv[3:]) or 0))
 """
 
 
-def _node_home(client_home: str | None) -> Path:
+def node_home(client_home: str | None) -> Path:
     """The client's SHOAL_HOME when this node can use it (same machine, shared disk), else
     the node user's own, else a temporary directory."""
     candidates = [client_home] if client_home else []
@@ -54,7 +54,7 @@ def node_env(client_env: Mapping[str, str], node_environ: Mapping[str, str]) -> 
     variables, home and capacity."""
     env = {k: v for k, v in client_env.items() if k not in _NODE_VARS}
     env.update({k: node_environ[k] for k in _NODE_VARS if k in node_environ})
-    env["SHOAL_HOME"] = str(_node_home(client_env.get("SHOAL_HOME")))
+    env["SHOAL_HOME"] = str(node_home(client_env.get("SHOAL_HOME")))
     env["SHOAL_MAX_SLOTS"] = _NODE_SLOTS
     return env
 

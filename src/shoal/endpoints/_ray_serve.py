@@ -175,11 +175,6 @@ def ship_model(session: Any, name: str, model_data: str) -> str:
 
 def check_config(config: EndpointConfig) -> None:
     """Refuse, before anything is recorded, what Ray Serve endpoints cannot do yet."""
-    if config.requirements:
-        raise InvalidArgumentError(
-            "a model's own environment (a requirements file) is not available on Ray Serve "
-            "yet: install the model's packages on the cluster's nodes, or deploy with the "
-            "local backend", argument="dependencies")
     if config.port is not None:
         raise InvalidArgumentError(
             "port= fixes a local model server's port; on Ray Serve every endpoint answers on "
@@ -188,7 +183,7 @@ def check_config(config: EndpointConfig) -> None:
 
 
 def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
-           code_key: str | None) -> dict[str, Any]:
+           code_key: str | None, requirements_key: str | None = None) -> dict[str, Any]:
     """Run the endpoint's Serve application (without waiting for it); return the handle to
     keep on its record."""
     settings = session.settings
@@ -201,7 +196,11 @@ def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
     spec = {"endpoint": name, "model_uri": ship_model(session, name, model_data),
             "code_uri": session.artifacts.uri(code_key) if code_key else None,
             "batching": config.batching.to_json() if config.batching else None,
-            "startup_timeout_s": config.startup_timeout_s}
+            "startup_timeout_s": config.startup_timeout_s,
+            "requirements_uri": (session.artifacts.uri(requirements_key) if requirements_key
+                                 else None),
+            "home": str(session.home),
+            "resolve_ttl_s": settings.env_resolve_ttl_seconds}
     try:
         serve.start(proxy_location=settings.ray_serve_proxy_location,
                     http_options={"host": settings.ray_serve_host,
@@ -355,6 +354,18 @@ class _Lifespan:
             await asyncio.wait_for(self._outbox.get(), 30)
 
 
+class _ServerLifespan:
+    """Serve's shutdown of a replica that forwards to a model server process: stop it."""
+
+    def __init__(self, server: Any, forward: Any) -> None:
+        self._server = server
+        self._forward = forward
+
+    async def shutdown(self) -> None:
+        await self._forward.aclose()
+        await asyncio.to_thread(self._server.stop)
+
+
 def _fetch(uri: str, target: Path) -> None:
     import fsspec.core
 
@@ -410,16 +421,42 @@ class EndpointReplica:
     sends it the HTTP requests under the endpoint's route prefix."""
 
     async def __init__(self, spec: Mapping[str, Any]) -> None:  # type: ignore[misc]
+        from shoal.endpoints._replica_env import wanted_requirements
+
         self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))
+        self._server: Any = None  # the model server in the model's own environment
+        timeout = float(spec.get("startup_timeout_s") or 600)
         try:
             model_dir = await asyncio.to_thread(_stage, spec, self._root)
+            wanted = await asyncio.to_thread(wanted_requirements, spec, model_dir)
+            if wanted:
+                await self._start_server(spec, model_dir, wanted, timeout)
+                return
             self._app = await asyncio.to_thread(_build_app, model_dir, spec)
             self._lifespan = _Lifespan(self._app)
             await self._lifespan.startup()
-            await self._wait_loaded(float(spec.get("startup_timeout_s") or 600))
+            await self._wait_loaded(timeout)
         except BaseException:
+            if self._server is not None:
+                self._server.stop()
             shutil.rmtree(self._root, ignore_errors=True)
             raise
+
+    async def _start_server(self, spec: Mapping[str, Any], model_dir: Path,
+                            wanted: list[str], timeout: float) -> None:
+        """The model has its own environment: serve it from a model server in it, and
+        forward to that (``_replica_env``)."""
+        from shoal.endpoints._replica_env import Forward, ServerProcess
+
+        # The build runs on a thread; the server starts from this (the replica's loop)
+        # thread, which lives as long as the replica (PR_SET_PDEATHSIG follows it).
+        self._server = await asyncio.to_thread(ServerProcess.build, spec, model_dir,
+                                               self._root, wanted)
+        self._server.start()
+        await self._server.wait_ready(timeout)
+        forward = Forward(self._server.port)
+        self._app = forward
+        self._lifespan = _ServerLifespan(self._server, forward)
 
     async def _wait_loaded(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -443,6 +480,12 @@ class EndpointReplica:
         return _Mounted(self._app, self._lifespan, self._root)
 
     async def check_health(self) -> None:
+        if self._server is not None:
+            if not self._server.alive():
+                raise ModelLoadError(f"the model server exited with code "
+                                     f"{self._server.proc.poll()}; its output ends with:\n"
+                                     f"{self._server.tail()}")
+            return
         if str(self._app.state) != "ready":
             raise ModelLoadError(f"the model is {self._app.state}: {self._app.load_error}")
 

@@ -73,7 +73,9 @@ class EndpointService:
             if on_serve:
                 handle = _ray_serve.deploy(
                     session, name, model_data=model_data, config=config,
-                    code_key=endpoint_key(name, "code", "code.tar.gz") if code_archive else None)
+                    code_key=endpoint_key(name, "code", "code.tar.gz") if code_archive else None,
+                    requirements_key=(endpoint_key(name, "env", "requirements.txt")
+                                      if requirements is not None else None))
                 self.metadata.set_endpoint_supervisor(name, handle)
             else:
                 info = session.backend.launch(ExecContext(

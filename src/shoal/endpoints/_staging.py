@@ -20,7 +20,7 @@ from pathlib import Path
 from shoal.errors import InvalidArgumentError, ServingError
 
 __all__ = ["check_model_data", "code_requirements", "is_local", "local_path", "pack_code",
-           "server_requirements", "serving_pythonpath", "stage_model"]
+           "requirements_base", "server_requirements", "serving_pythonpath", "stage_model"]
 
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
@@ -142,6 +142,13 @@ def code_requirements(model_dir: Path) -> str | None:
     """``code/requirements.txt`` of the model, when it has one."""
     path = model_dir / "code" / "requirements.txt"
     return path.read_text() if path.is_file() else None
+
+
+def requirements_base(model_dir: Path) -> Path:
+    """Where relative paths in the model's requirements resolve: its ``code/`` directory, or
+    the model directory when it has no code."""
+    code = model_dir / "code"
+    return code if code.is_dir() else model_dir
 
 
 def server_requirements(distributions: Sequence[str]) -> tuple[str, ...]:

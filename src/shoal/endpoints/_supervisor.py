@@ -36,6 +36,7 @@ from shoal.core.endpoints import (
 from shoal.endpoints._service import endpoint_key
 from shoal.endpoints._staging import (
     code_requirements,
+    requirements_base,
     server_requirements,
     serving_pythonpath,
     stage_model,
@@ -250,7 +251,7 @@ class EndpointSupervisor:
         self._say("building the model's environment")
         try:
             built = self._session.env_builder.ensure(
-                "\n".join(wanted), base_dir=model_dir / "code",
+                "\n".join(wanted), base_dir=requirements_base(model_dir),
                 extra=server_requirements(SERVER_DISTRIBUTIONS),
                 log=lambda msg: sys.stdout.write(msg))
         except ShoalError as e:
