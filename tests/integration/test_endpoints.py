@@ -120,6 +120,9 @@ def test_contract_two_instances_predict_describe_and_delete(endpoint_session, on
     assert endpoint_session.metadata.find_endpoint(name) is None
     wait_until(lambda: not any(_answers(i.url) for i in record.instances), 30,
                what="instances stopped answering")
+    # Each instance's (replica's) log outlives the endpoint, in the store.
+    wait_until(lambda: len(endpoint_session.artifacts.list_keys(f"endpoints/{name}/logs")) == 2,
+               30, what="both instances' logs in the store")
     with pytest.raises(EndpointNotFound, match=f"'{name}'"):
         Predictor(name).predict(x.tolist())
 
@@ -171,6 +174,12 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_sess
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     assert "RuntimeError" in record.failure_reason
     assert "boom while loading the model" in record.failure_reason
+    # The instance's (replica's) log is kept in the store, as `shoal endpoints describe` says.
+    artifacts = endpoint_session.artifacts
+    wait_until(lambda: artifacts.list_keys(f"endpoints/{name}/logs"), 30,
+               what="the failed instance's log in the store")
+    logs = [artifacts.get_bytes(k) for k in artifacts.list_keys(f"endpoints/{name}/logs")]
+    assert any(b"boom while loading the model" in log for log in logs)
     with pytest.raises(shoal.ShoalError, match="already exists"):
         Model(onnx_dir).deploy(endpoint_name=name)
     EndpointService(endpoint_session).delete(name)

@@ -186,6 +186,8 @@ def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
            code_key: str | None, requirements_key: str | None = None) -> dict[str, Any]:
     """Run the endpoint's Serve application (without waiting for it); return the handle to
     keep on its record."""
+    from shoal.endpoints._service import endpoint_key
+
     settings = session.settings
     env = session.supervisor_env()
     ray = _ray(session)
@@ -200,6 +202,7 @@ def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
             "requirements_uri": (session.artifacts.uri(requirements_key) if requirements_key
                                  else None),
             "home": str(session.home),
+            "logs_uri": session.artifacts.uri(endpoint_key(name, "logs")),
             "resolve_ttl_s": settings.env_resolve_ttl_seconds}
     try:
         serve.start(proxy_location=settings.ray_serve_proxy_location,
@@ -354,6 +357,66 @@ class _Lifespan:
             await asyncio.wait_for(self._outbox.get(), 30)
 
 
+class _ReplicaLog:
+    """The replica's own log (shoal's loggers, from its start), kept as the local backend
+    keeps an instance's: uploaded to ``endpoints/<name>/logs/replica-<id>.log`` when the
+    replica stops or fails to start, with the output of the model server in the model's own
+    environment appended."""
+
+    def __init__(self, root: Path, logs_uri: str | None) -> None:
+        import logging
+
+        self._path = root / "replica.log"
+        self._uri = logs_uri
+        self._handler = logging.FileHandler(self._path)
+        self._handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._logger = logging.getLogger("shoal")
+        self._logger.addHandler(self._handler)
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+        self._logger.info("replica %s started on node %s", _replica_id(), _node_id())
+
+    def note(self, text: str) -> None:
+        self._logger.error("%s", text)
+
+    def upload(self, server: Any) -> None:
+        """Write the log to the store (once; a store failure is only noted in Ray's log)."""
+        import logging
+
+        self._logger.removeHandler(self._handler)
+        self._handler.close()
+        if not self._uri:
+            return
+        try:
+            import fsspec
+
+            data = self._path.read_bytes() if self._path.exists() else b""
+            if server is not None and server.log.exists():
+                data += b"\n--- the model server in the model's own environment ---\n"
+                data += server.log.read_bytes()
+            with fsspec.open(f"{self._uri.rstrip('/')}/replica-{_replica_id()}.log", "wb") as f:
+                f.write(data)
+        except Exception as e:  # the replica's end must not fail on its log
+            logging.getLogger(__name__).warning("could not upload the replica's log: %s", e)
+
+
+def _replica_id() -> str:
+    with contextlib.suppress(Exception):
+        from ray import serve
+
+        return str(serve.get_replica_context().replica_id.unique_id)
+    return "unknown"
+
+
+def _node_id() -> str:
+    with contextlib.suppress(Exception):
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    return "unknown"
+
+
 class _ServerLifespan:
     """Serve's shutdown of a replica that forwards to a model server process: stop it."""
 
@@ -425,6 +488,7 @@ class EndpointReplica:
 
         self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))
         self._server: Any = None  # the model server in the model's own environment
+        self._logs = _ReplicaLog(self._root, spec.get("logs_uri"))
         timeout = float(spec.get("startup_timeout_s") or 600)
         try:
             model_dir = await asyncio.to_thread(_stage, spec, self._root)
@@ -436,9 +500,11 @@ class EndpointReplica:
             self._lifespan = _Lifespan(self._app)
             await self._lifespan.startup()
             await self._wait_loaded(timeout)
-        except BaseException:
+        except BaseException as e:
             if self._server is not None:
                 self._server.stop()
+            self._logs.note(f"the replica failed to start: {type(e).__name__}: {e}")
+            self._logs.upload(self._server)
             shutil.rmtree(self._root, ignore_errors=True)
             raise
 
@@ -477,7 +543,8 @@ class EndpointReplica:
             raise ModelLoadError(f"{error}\n{trace}".rstrip())
 
     def __serve_build_asgi_app__(self) -> Any:
-        return _Mounted(self._app, self._lifespan, self._root)
+        return _Mounted(self._app, self._lifespan, self._root,
+                        lambda: self._logs.upload(self._server))
 
     async def check_health(self) -> None:
         if self._server is not None:
@@ -494,10 +561,12 @@ class _Mounted:
     """The started app as Serve hosts it: requests arrive under the route prefix (stripped
     here, so the app sees ``/invocations``); Serve's own lifespan stops the app."""
 
-    def __init__(self, app: Any, lifespan: _Lifespan, root: Path) -> None:
+    def __init__(self, app: Any, lifespan: Any, root: Path,
+                 upload_logs: Callable[[], None] = lambda: None) -> None:
         self._app = app
         self._lifespan = lifespan
         self._root = root
+        self._upload_logs = upload_logs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -516,6 +585,7 @@ class _Mounted:
                 await send({"type": "lifespan.startup.complete"})  # started in __init__
             elif message["type"] == "lifespan.shutdown":
                 await self._lifespan.shutdown()
+                await asyncio.to_thread(self._upload_logs)
                 shutil.rmtree(self._root, ignore_errors=True)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
