@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import pickle
 import re
@@ -667,6 +668,52 @@ def test_two_workers_serve_and_stop_together(models: dict[str, Path], start) -> 
             np.testing.assert_allclose(c.post("/invocations", json=x.tolist()).json(),
                                        expected(x), rtol=1e-5)
     assert server.stop() == 0
+
+
+def test_workers_share_the_connections(models: dict[str, Path], tmp_path: Path, start) -> None:
+    """Each worker listens on its own socket of the port (SO_REUSEPORT): the kernel spreads
+    connections over them, instead of the first awake worker taking a whole burst."""
+    model_dir = script_model(tmp_path, """
+        import os
+
+        def predict_fn(data, model):
+            return {"pid": os.getpid()}
+    """, artifact=models["onnx"] / "model.onnx")
+    server = start(model_dir, env={"SHOAL_MODEL_SERVER_WORKERS": "2"})
+    wait_until(lambda: server.output().count("model ready in") == 2, 60,
+               what="both workers to load the model")
+    port = int(server.url.rsplit(":", 1)[1])
+    body = b"[[1, 2, 3, 4]]"
+    request = (b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    # A burst, as a load test's clients open theirs: all connected before any is served.
+    conns = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(24)]
+    pids = set()
+    try:
+        for conn in conns:
+            conn.sendall(request)
+        for conn in conns:
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                chunk = conn.recv(65536)
+                assert chunk, f"the server closed the connection: {answer!r}"
+                answer += chunk
+            pids.add(json.loads(answer.split(b"\r\n\r\n", 1)[1])["pid"])
+    finally:
+        for conn in conns:
+            conn.close()
+    assert len(pids) == 2  # 24 connections on one of two sockets: odds of 1 in 8 million
+    assert server.stop() == 0
+
+
+def test_a_port_in_use_is_a_clear_error_with_workers_too(models: dict[str, Path]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = run_cli("--model", str(models["onnx"]), "--port", str(port), "--workers", "2")
+    assert proc.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
 
 
 def test_importing_the_server_and_the_onnx_helpers_loads_nothing_heavy() -> None:

@@ -1,5 +1,6 @@
 """Running a model server: bind the port (a clear error when it is taken), then serve with
-uvicorn in this process, or supervise ``workers`` uvicorn processes sharing the socket.
+uvicorn in this process, or supervise ``workers`` uvicorn processes, each on its own socket
+of the same port (``SO_REUSEPORT``: the kernel spreads the connections).
 
 A worker whose model fails to load exits with status 1, and so does the whole server: a model
 that cannot load is not retried in a loop.
@@ -56,7 +57,8 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
         if (resolved.path / _LLM_PROPERTIES).is_file():
             return _serve_llm(resolved.path, options, port_file)
         select_handler(resolved.path, options)  # fail before listening when there is no model
-        sock = bind(options.host, options.port)
+        socks = bind_workers(options.host, options.port, options.workers)
+        sock = socks[0]
         port = sock.getsockname()[1]
         if port_file is not None:
             _write_atomic(Path(port_file), f"{port}\n")
@@ -68,11 +70,12 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
             try:
                 if options.workers == 1:
                     return run_worker(sock, str(resolved.path), options)
-                return _supervise(sock, str(resolved.path), options)
+                return _supervise(socks, str(resolved.path), options)
             except _Stop:
                 return 0
             finally:
-                sock.close()
+                for s in socks:
+                    s.close()
     finally:
         resolved.cleanup()
 
@@ -87,12 +90,38 @@ def _serve_llm(model: str | os.PathLike[str], options: ServerOptions,
     return int(llm_serve(model, options=options, port_file=port_file))
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
+    """One listening socket per worker on *host*:*port*.
+
+    Several workers get a socket each on the same port (``SO_REUSEPORT``), so the kernel
+    spreads new connections over them evenly. With one shared socket, the worker that happens
+    to be awake when a burst of clients connects accepts them all, and the other workers sit
+    idle for as long as those connections live (the benchmark saw all 32 on one of two).
+    """
+    if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
+        return [bind(host, port)]
+    if port != 0:
+        bind(host, port).close()  # in use by another process: say so, as for one worker
+    first = bind(host, port, reuse_port=True)
+    socks = [first]
+    try:
+        port = first.getsockname()[1]
+        socks += [bind(host, port, reuse_port=True) for _ in range(workers - 1)]
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening TCP socket on *host*:*port*; ``ServingError`` says why it cannot be had."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as e:
@@ -138,9 +167,9 @@ def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions) ->
     sys.exit(run_worker(sock, model_dir, options))
 
 
-def _supervise(sock: socket.socket, model_dir: str, options: ServerOptions) -> int:
+def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOptions) -> int:
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker_main, args=(sock, model_dir, options),
+    procs = [ctx.Process(target=_worker_main, args=(socks[i % len(socks)], model_dir, options),
                          name=f"shoal-model-worker-{i}") for i in range(options.workers)]
     for p in procs:
         p.start()
