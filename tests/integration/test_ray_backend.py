@@ -330,3 +330,58 @@ def test_a_job_needing_more_hosts_than_the_cluster_holds_fails_at_once(team, tmp
         with pytest.raises(shoal.errors.JobFailedError, match="asks for 50 hosts"):
             est.fit(logs=False)
     assert time.monotonic() - started < 30
+
+
+def _wait_for_release(path: str) -> str:
+    import pathlib
+
+    print("waiting for release", flush=True)
+    while not pathlib.Path(path).exists():
+        time.sleep(0.05)
+    print("released", flush=True)
+    return "done"
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_logs_follow_a_job_running_on_another_node(team, ray_cluster, tmp_path):
+    """`shoal jobs logs -f` in another process, with only the team's settings, streams a job
+    that runs on the second node, and ends when the job does."""
+    import subprocess
+    import sys
+    import threading
+
+    s = team(ray_resources={"node2": 1})
+    release = tmp_path / "release"
+    with shoal.use(s), RemoteExecutor() as executor:
+        future = executor.submit(_wait_for_release, str(release))
+        wait_until(lambda: future.job_name is not None, 60, what="the job's name")
+        name = future.job_name
+        env = {**os.environ, "SHOAL_HOME": str(tmp_path / "cli-home"), "SHOAL_BACKEND": "ray",
+               "SHOAL_RAY_ADDRESS": ray_cluster.address,
+               "SHOAL_RAY_AUTH_TOKEN_FILE": str(ray_cluster.token),
+               "SHOAL_METADATA_URL": s.settings.resolved_metadata_url(),
+               "SHOAL_ARTIFACT_URL": s.settings.resolved_artifact_url()}
+        lines: list[str] = []
+        proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "jobs", "logs", name, "-f"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, env=env)
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: "waiting for release\n" in lines, 90, what="the followed log")
+            assert proc.poll() is None  # still following: the job has not ended
+            assert s.jobs.get(name).handle  # it runs under an actor on node2
+            release.touch()
+            assert proc.wait(timeout=60) == 0
+            reader.join(timeout=10)
+            assert "released\n" in lines
+            assert f"job {name} completed" in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        assert future.result(timeout=30) == "done"
