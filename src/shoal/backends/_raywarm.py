@@ -206,13 +206,16 @@ class WarmHost:
         own = self._dir / f"{self._proc.pid}.claim"
         deadline = time.monotonic() + _START_TIMEOUT_S
         while True:
+            # Looked at before the claim: a new supervisor that starts listening during the
+            # claim is tried again, not taken for busy (its client would start another actor).
+            listening = own.exists()
             claim = claim_worker(self._dir, request)
             if claim is not None:
                 self._ready = True
                 return claim
             if self._proc.poll() is not None or (self._ready and not own.exists()):
                 return {"gone": True}  # it retired: this actor is on its way out
-            if own.exists():
+            if listening:
                 self._ready = True
                 return {"busy": True}  # another client's batch holds it
             if time.monotonic() >= deadline:

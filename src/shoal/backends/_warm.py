@@ -39,14 +39,19 @@ def pool_dir(run_dir: Path, pool: str) -> Path:
     return path
 
 
-def _recv_line(sock: socket.socket) -> dict[str, Any]:
-    buf = b""
-    while not buf.endswith(b"\n"):
+def _recv_line(sock: socket.socket, buf: bytearray | None = None) -> dict[str, Any]:
+    """The next JSON line from *sock*; what was read past it stays in *buf* (a worker that
+    ends a job at once sends its news right behind its answer, in the same read)."""
+    if buf is None:
+        buf = bytearray()
+    while (end := buf.find(b"\n")) < 0:
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionError("peer closed the connection")
         buf += chunk
-    return json.loads(buf)  # type: ignore[no-any-return]
+    line = bytes(buf[:end])
+    del buf[:end + 1]
+    return json.loads(line)  # type: ignore[no-any-return]
 
 
 def _send_line(sock: socket.socket, message: Mapping[str, Any]) -> None:
@@ -57,11 +62,11 @@ class WarmClaim:
     """A client's hold on one warm worker for one job (or one batch)."""
 
     def __init__(self, sock: socket.socket, lock: IO[str], pid: int,
-                 ticks: int | None = None) -> None:
+                 ticks: int | None = None, received: bytes = b"") -> None:
         self._sock, self._lock, self.pid = sock, lock, pid
         self.start_ticks = ticks
         self.done = False
-        self._buf = bytearray()
+        self._buf = bytearray(received)  # what the worker sent right behind its answer
 
     def read(self, timeout: float) -> tuple[dict[str, Any], bytes] | None:
         """The worker's next message about a batch and the bytes that follow it; None on
@@ -105,7 +110,7 @@ class WarmClaim:
             return True
         self._sock.settimeout(max(timeout, 0.0001))
         try:
-            _recv_line(self._sock)
+            _recv_line(self._sock, self._buf)
         except TimeoutError:
             return False
         except (OSError, ValueError):
@@ -143,18 +148,19 @@ def claim_worker(directory: Path, request: Mapping[str, Any]) -> WarmClaim | Non
             lock.close()
             continue  # busy with another client's job
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        received = bytearray()
         try:
             sock.settimeout(10)
             sock.connect(str(directory / f"{pid}.sock"))
             _send_line(sock, request)
-            reply = _recv_line(sock)
+            reply = _recv_line(sock, received)
         except (OSError, ValueError):
             sock.close()
             fcntl.flock(lock, fcntl.LOCK_UN)
             lock.close()
             continue
         if reply.get("ok"):
-            return WarmClaim(sock, lock, pid, reply.get("start_ticks"))
+            return WarmClaim(sock, lock, pid, reply.get("start_ticks"), bytes(received))
         sock.close()
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
