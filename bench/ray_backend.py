@@ -91,7 +91,8 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-ray-")) / "home"
     port = _free_port()
-    _shoal_ray(home, "up", "--port", str(port), "--num-cpus", str(args.num_cpus))
+    _shoal_ray(home, "up", "--port", str(port), "--num-cpus", str(args.num_cpus),
+               "--client-port", str(_free_port()))
     try:
         session = shoal.Session(home=str(home), backend="ray", ray_address=f"127.0.0.1:{port}")
         session.backend.alive_nodes()  # connect (ray.init) before anything is timed

@@ -51,10 +51,17 @@ class RayCluster:
     def nodes(self) -> list[dict]:
         return json.loads((self.home / "ray" / "nodes.json").read_text())
 
+    @property
+    def client_address(self) -> str:
+        """The head's Ray Client address (``ray://127.0.0.1:PORT``)."""
+        [head] = [n for n in self.nodes() if n["head"]]
+        return head["client_address"]
+
     def start(self) -> RayCluster:
         self.home.mkdir(parents=True, exist_ok=True)
         port = _free_port()
-        shoal_ray(self.home, "up", "--port", str(port), "--num-cpus", "2")
+        shoal_ray(self.home, "up", "--port", str(port), "--num-cpus", "2",
+                  "--client-port", str(_free_port()))
         self.address = f"127.0.0.1:{port}"
         self.add_node("node2")
         return self
@@ -122,6 +129,7 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
     # Warm supervisor actors hold their CPUs while idle, and the test cluster has three: a
     # test's own calls reuse them, the next tests (and Serve replicas) get the CPUs soon.
     settings.setdefault("ray_keep_alive_seconds", 5)
-    return shoal.Session(home=str(home), backend="ray", ray_address=cluster.address,
+    settings.setdefault("ray_address", cluster.address)  # or cluster.client_address (ray://)
+    return shoal.Session(home=str(home), backend="ray",
                          ray_auth_token_file=str(cluster.token), metadata_url=postgres_url,
                          artifact_url=url, **settings)

@@ -225,6 +225,83 @@ time.sleep(600)
 """
 
 
+
+@pytest.fixture
+def ray_client(request, tmp_path, ray_cluster):
+    """Sessions that reach the cluster through Ray Client (its ``ray://`` address, with its
+    token), not as a driver on a node. This process's Ray connection is one: an earlier
+    test's driver connection is closed first, and this one after."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    sessions = []
+
+    def make(**settings):
+        s = ray_session(request, tmp_path / f"home{len(sessions)}",
+                        ray_address=ray_cluster.client_address, **settings)
+        sessions.append(s)
+        return s
+
+    yield make
+    try:
+        for s in sessions:
+            s.backend.retire_warm()
+            s.close()
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_ray_client_address_runs_calls_maps_and_cancels(ray_client, ray_cluster):
+    import ray
+
+    assert ray_cluster.client_address.startswith("ray://127.0.0.1:")
+    s = ray_client(ray_keep_alive_seconds=60)
+    prefix = f"client-{uuid.uuid4().hex[:6]}"
+    with shoal.use(s):
+        nodes = [remote(_where, job_name_prefix=f"{prefix}-call")() for _ in range(5)]
+        assert ray.util.client.ray.is_connected()  # through Ray Client, not as a driver
+        with RemoteExecutor(max_parallel_jobs=2, job_name_prefix=f"{prefix}-map") as executor:
+            assert list(executor.map(_say, range(20))) == [3 * i for i in range(20)]
+            future = executor.submit(_block, 600)
+            wait_until(lambda: future.job_name and s.jobs.get(future.job_name).status
+                       == JobStatus.RUNNING, 90, what="the blocking job to run")
+            wait_until(lambda: b"blocking" in s.jobs.read_log(future.job_name), 30,
+                       what="the blocking job's log")
+            future.cancel()
+            stopped = s.jobs.wait(future.job_name, timeout=60)
+    assert stopped.status == JobStatus.STOPPED
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    calls = sorted(s.metadata.list_jobs(JobQuery(name_prefix=f"{prefix}-call", limit=10)),
+                   key=lambda r: r.created_at)
+    assert [r.status for r in calls] == [JobStatus.COMPLETED] * 5
+    assert [r.handle["node_id"] for r in calls] == nodes and set(nodes) <= alive
+    # One client alone: every call went to its one warm actor.
+    assert len({r.handle["actor"] for r in calls}) == 1
+    mapped = s.metadata.list_jobs(JobQuery(name_prefix=f"{prefix}-map", limit=30))
+    mapped = [r for r in mapped if r.name != future.job_name]
+    assert len(mapped) == 20 and all(r.status == JobStatus.COMPLETED for r in mapped)
+    for record in mapped:  # its own log, and its result verified under its own key
+        x = s.jobs.outcome(record) // 3
+        assert s.jobs.read_log(record.name) == f"call {x}\n".encode()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_ray_client_address_runs_a_job_on_an_actor_of_its_own(ray_client, ray_cluster):
+    s = ray_client(ray_keep_alive_seconds=0, ray_resources={"node2": 1})
+    prefix = f"client-cold-{uuid.uuid4().hex[:6]}"
+    with shoal.use(s):
+        assert remote(_where, job_name_prefix=prefix)() == _node_with("node2")
+    [record] = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
+    assert record.status == JobStatus.COMPLETED
+    assert record.handle["actor"] == f"shoal-{record.name}"
+    wait_until(lambda: s.backend.is_alive(record.handle) is False, 30,
+               what="the job's own actor to end")
+
+
 def _rank_pids(log: str) -> dict[int, int]:
     """rank -> pid, from HOLD_SCRIPT's lines."""
     pids = {}

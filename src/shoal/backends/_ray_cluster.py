@@ -2,9 +2,12 @@
 ``ray start`` (bound to 127.0.0.1, every port chosen free, token authentication), and stop
 exactly the processes of the nodes started from a shoal home (never another Ray cluster).
 
-Under ``SHOAL_HOME/ray``: ``auth_token`` (mode 0600), ``nodes.json`` (each node's tag and
-temporary directory) and each node's ``ray start`` log. Runs the ``ray`` command; never
-imports ray. The ``shoal ray up|down`` commands are the user interface.
+The head also runs Ray's client server (``ray://127.0.0.1:PORT``, default port 10001), for
+clients that connect through Ray Client rather than as a driver on a node.
+
+Under ``SHOAL_HOME/ray``: ``auth_token`` (mode 0600), ``nodes.json`` (each node's tag,
+temporary directory and addresses) and each node's ``ray start`` log. Runs the ``ray``
+command; never imports ray. The ``shoal ray up|down`` commands are the user interface.
 """
 
 from __future__ import annotations
@@ -61,12 +64,15 @@ def ray_env(token: Path, base: Mapping[str, str] | None = None) -> dict[str, str
 
 def start_node(home: Path, *, port: int | None = None, address: str | None = None,
                num_cpus: int | None = None, resources: Mapping[str, float] | None = None,
-               object_store_mb: int = 100, timeout: float = 120.0) -> dict[str, Any]:
-    """Start a head (no *address*) or a node joining *address*; return its record."""
+               object_store_mb: int = 100, client_port: int | None = None,
+               timeout: float = 120.0) -> dict[str, Any]:
+    """Start a head (no *address*) or a node joining *address*; return its record (a head's
+    has ``client_address``, its Ray Client address on *client_port*)."""
     directory = cluster_dir(home)
     token = ensure_token(directory)
     head = address is None
     gcs_port = (port or 6379) if head else None
+    ray_client_port = (client_port or 10001) if head else None
     tag = f"head-{gcs_port}" if head else f"node-{_free_port()}"
     # Ray keeps unix sockets under the temp dir: keep its path short (108-byte limit).
     temp = Path(tempfile.gettempdir()) / f"shoal-ray-{os.getuid()}-{secrets.token_hex(3)}"
@@ -79,7 +85,8 @@ def start_node(home: Path, *, port: int | None = None, address: str | None = Non
             "--metrics-export-port", str(_free_port())]
     if head:
         argv += ["--head", "--port", str(gcs_port), "--include-dashboard=false",
-                 "--dashboard-port", str(_free_port())]
+                 "--dashboard-port", str(_free_port()),
+                 "--ray-client-server-port", str(ray_client_port)]
     else:
         argv += ["--address", str(address)]
     if num_cpus is not None:
@@ -91,14 +98,17 @@ def start_node(home: Path, *, port: int | None = None, address: str | None = Non
         done = subprocess.run(argv, env=ray_env(token), stdin=subprocess.DEVNULL, stdout=f,
                               stderr=subprocess.STDOUT, timeout=timeout, check=False)
     if done.returncode != 0:
-        _kill_tree(_processes_under(temp))
+        client = (ray_client_port, gcs_port) if ray_client_port and gcs_port else None
+        _kill_tree(_processes_under(temp, client))
         from shoal.errors import BackendUnavailableError
 
         tail = log.read_text(errors="replace")[-3000:]
         raise BackendUnavailableError(f"'ray start' failed (exit code {done.returncode}); its "
                                       f"log {log} ends with:\n{tail}", log=str(log))
-    record = {"tag": tag, "head": head, "temp_dir": str(temp),
-              "address": f"127.0.0.1:{gcs_port}" if head else address}
+    record: dict[str, Any] = {"tag": tag, "head": head, "temp_dir": str(temp),
+                              "address": f"127.0.0.1:{gcs_port}" if head else address}
+    if head:
+        record["client_address"] = f"ray://127.0.0.1:{ray_client_port}"
     nodes = _read_nodes(directory)
     nodes.append(record)
     (directory / "nodes.json").write_text(json.dumps(nodes, indent=2))
@@ -113,8 +123,19 @@ def _read_nodes(directory: Path) -> list[dict[str, Any]]:
     return data if isinstance(data, list) else []
 
 
-def _processes_under(temp: Path) -> list[int]:
-    """Pids of the processes of the node whose temp dir is *temp*, and their descendants."""
+def _is_client_server(cmdline: bytes, client: tuple[int, int] | None) -> bool:
+    """Ray's client server on *client* (its port, its GCS's port): its command line does not
+    name the temp dir."""
+    if client is None or b"ray.util.client.server" not in cmdline:
+        return False
+    args = cmdline.split(b"\0")
+    return f"--port={client[0]}".encode() in args and any(
+        a.startswith(b"--address=") and a.endswith(f":{client[1]}".encode()) for a in args)
+
+
+def _processes_under(temp: Path, client: tuple[int, int] | None = None) -> list[int]:
+    """Pids of the processes of the node whose temp dir is *temp* (and, for a head, of its
+    client server: *client* is its port and the GCS port), and their descendants."""
     marker = str(temp).encode()
     parents: dict[int, int] = {}
     roots = []
@@ -128,7 +149,7 @@ def _processes_under(temp: Path) -> list[int]:
         except OSError:
             continue
         parents[pid] = int(stat.rpartition(")")[2].split()[1])
-        if marker in cmdline:
+        if marker in cmdline or _is_client_server(cmdline, client):
             roots.append(pid)
     found = set(roots)
     changed = True
@@ -168,6 +189,13 @@ def _exists(pid: int) -> bool:
     return state_field not in ("Z", "X")
 
 
+def _port_of(address: str | None) -> int | None:
+    try:
+        return int(str(address).rpartition(":")[2]) if address else None
+    except ValueError:
+        return None
+
+
 def stop_nodes(home: Path, *, tag: str | None = None, force: bool = False) -> int:
     """Stop the nodes started from *home* (or only *tag*); return how many were stopped.
     *force* kills them at once (SIGKILL), as a crashed machine would go."""
@@ -181,7 +209,10 @@ def stop_nodes(home: Path, *, tag: str | None = None, force: bool = False) -> in
         if tag is not None and node.get("tag") != tag:
             keep.append(node)
             continue
-        _kill_tree(_processes_under(Path(node["temp_dir"])), grace=0.0 if force else 10.0)
+        ports = _port_of(node.get("client_address")), _port_of(node.get("address"))
+        client = (ports[0], ports[1]) if ports[0] and ports[1] else None
+        _kill_tree(_processes_under(Path(node["temp_dir"]), client),
+                   grace=0.0 if force else 10.0)
         shutil.rmtree(node["temp_dir"], ignore_errors=True)
         stopped += 1
     if directory.exists():

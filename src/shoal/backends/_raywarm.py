@@ -321,12 +321,7 @@ class WarmPools:
         *keep*) so the resources they hold go to the job; return how many retired. An idle
         warm actor is a cache: it never makes a job wait."""
         ray = self._ray
-        try:
-            from ray._private.state import available_resources_per_node
-
-            free = [dict(n) for n in available_resources_per_node().values()]
-        except (ImportError, AttributeError):
-            free = [dict(ray.available_resources())]
+        free = _free_per_node(ray)
         with self._lock:
             # Never this client's own actors (it is about to hand them work), busy or not.
             mine = {s.name for group in self._slots.values() for s in group}
@@ -369,6 +364,26 @@ class WarmPools:
             with contextlib.suppress(Exception):
                 self._ray.get(slot.actor.signal.remote(int(signal.SIGTERM)), timeout=5)
             slot.dead = True
+
+
+def _over_client(ray: Any) -> bool:
+    """Connected through Ray Client (``ray://host:port``) rather than as a driver on a node."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray.util.client import ray as client
+
+        return bool(client.is_connected())
+    return False
+
+
+def _free_per_node(ray: Any) -> list[dict[str, float]]:
+    """What each alive node has free. Ray Client serves no per-node view (Ray's state API
+    needs a driver on a node): there the cluster's total counts as one node."""
+    if not _over_client(ray):
+        with contextlib.suppress(ImportError, AttributeError):
+            from ray._private.state import available_resources_per_node
+
+            return [dict(n) for n in available_resources_per_node().values()]
+    return [dict(ray.available_resources())]
 
 
 class RayClaim:

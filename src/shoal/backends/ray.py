@@ -149,8 +149,8 @@ class RayBackend:
                              configure_logging=False, logging_level=logging.WARNING)
                 except (ConnectionError, RuntimeError, ValueError) as e:
                     raise BackendUnavailableError(
-                        f"cannot connect to the Ray cluster at {self._address!r}: {e}. Start "
-                        "one with 'shoal ray up', or set SHOAL_RAY_ADDRESS to its address",
+                        f"cannot connect to the Ray cluster at {self._address!r}: {e}. "
+                        f"{_connect_hint(self._address, self._token_file)}",
                         address=self._address) from e
             if self._actor_cls is None:
                 self._actor_cls = ray.remote(_SupervisorHost)
@@ -327,6 +327,16 @@ class RayBackend:
     def close(self) -> None:
         """Nothing to release: the jobs' actors are detached on purpose, and the Ray
         connection may be shared with the caller's own Ray code."""
+
+
+def _connect_hint(address: str, token_file: str | None) -> str:
+    if not address.startswith("ray://"):
+        return "Start one with 'shoal ray up', or set SHOAL_RAY_ADDRESS to its address"
+    token = f"the token in {token_file}" if token_file else "no token (none was found)"
+    return ("A ray:// address needs the head's Ray Client server listening there ('shoal ray "
+            "up' prints its address; 'ray start --head --ray-client-server-port PORT') and, "
+            "on a cluster with token authentication, its token in SHOAL_RAY_AUTH_TOKEN_FILE "
+            f"(this client used {token})")
 
 
 def _use_token(path: str) -> None:

@@ -35,6 +35,9 @@ def up(
         help='Custom resources of this node, as JSON: \'{"gpu-pool": 1}\'.')] = None,
     object_store_mb: Annotated[int, typer.Option(
         "--object-store-mb", help="Object store size of this node, in MB.")] = 100,
+    client_port: Annotated[int, typer.Option(
+        "--client-port", help="Port of the head's Ray Client server (ray://127.0.0.1:PORT).")]
+        = 10001,
 ) -> None:
     """Start a Ray head on 127.0.0.1 (or a node joining one) with token authentication."""
     from shoal.backends._ray_cluster import cluster_dir, start_node
@@ -42,7 +45,7 @@ def up(
     home = _home()
     parsed = json.loads(resources) if resources else None
     record = start_node(home, port=port, address=address, num_cpus=num_cpus, resources=parsed,
-                        object_store_mb=object_store_mb)
+                        object_store_mb=object_store_mb, client_port=client_port)
     token = cluster_dir(home) / "auth_token"
     console = out()
     what = "head" if record["head"] else "node"
@@ -50,6 +53,8 @@ def up(
                   f"(temp dir {record['temp_dir']})")
     console.print("Use it from shoal (the token is found under this home):")
     console.print(f"  export SHOAL_BACKEND=ray SHOAL_RAY_ADDRESS={record['address']}")
+    if record.get("client_address"):
+        console.print(f"or through Ray Client: SHOAL_RAY_ADDRESS={record['client_address']}")
     console.print(f"Ray's own tools need: export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token}")
     console.print("Stop it with 'shoal ray down'.")
 
