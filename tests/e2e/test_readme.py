@@ -24,6 +24,7 @@ def test_readme_python_example_runs(clean_env: Path, tmp_path: Path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "0.6666666666666666" in proc.stdout and "[0, 1, 4, 9]" in proc.stdout
         assert "/output/model.tar.gz" in proc.stdout
+        assert "ok: max abs error" in proc.stdout and "(2, 10)" in proc.stdout  # ONNX + endpoint
     finally:
         session = shoal.Session(home=str(clean_env))
         session.backend.shutdown_launcher()
