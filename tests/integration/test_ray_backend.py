@@ -462,3 +462,25 @@ def test_logs_follow_a_job_running_on_another_node(team, ray_cluster, tmp_path):
             proc.stdout.close()
             proc.stderr.close()
         assert future.result(timeout=30) == "done"
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_two_host_job_through_a_ray_client_address(ray_client, tmp_path):
+    """The placement group is made through Ray Client; the hosts' launchers inside the
+    cluster connect to its GCS themselves."""
+    from shoal.pytorch import PyTorch
+
+    s = ray_client()
+    script = tmp_path / "hosts.py"
+    script.write_text("import os\nprint('host', os.environ['SM_CURRENT_HOST'], 'on', "
+                      "os.environ['SHOAL_RAY_NODE_ID'], flush=True)\n")
+    with shoal.use(s):
+        est = PyTorch(entry_point=str(script), instance_count=2,
+                      distribution={"torch_distributed": {"enabled": True}})
+        est.fit(logs=False)
+        record = s.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.COMPLETED
+    log = s.jobs.read_log(record.name).decode()
+    nodes = {line.rsplit(" on ", 1)[1] for line in log.splitlines() if "] host algo-" in line}
+    assert len(nodes) == 2, log
