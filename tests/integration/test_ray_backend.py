@@ -484,3 +484,30 @@ def test_a_two_host_job_through_a_ray_client_address(ray_client, tmp_path):
     log = s.jobs.read_log(record.name).decode()
     nodes = {line.rsplit(" on ", 1)[1] for line in log.splitlines() if "] host algo-" in line}
     assert len(nodes) == 2, log
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_an_endpoint_through_a_ray_client_address(ray_client, tmp_path):
+    """deploy() through Ray Client starts the endpoint's Serve application; the Predictor
+    reaches it on Serve's proxy."""
+    import numpy as np
+    import torch
+
+    from shoal import Model
+    from shoal.models.onnx import export
+
+    s = ray_client()
+    net = torch.nn.Linear(4, 2)
+    export(net, torch.randn(1, 4), tmp_path / "model" / "model.onnx")
+    name = f"client-{uuid.uuid4().hex[:8]}"
+    with shoal.use(s):
+        predictor = Model(str(tmp_path / "model")).deploy(endpoint_name=name)
+        try:
+            x = np.ones((3, 4), np.float32)
+            with torch.no_grad():
+                expected = net(torch.from_numpy(x)).numpy()
+            assert np.allclose(predictor.predict(x.tolist()), expected, atol=1e-5)
+        finally:
+            predictor.delete_endpoint()
+        assert s.metadata.find_endpoint(name) is None
