@@ -404,6 +404,11 @@ def test_contract_a_model_server_that_exits_in_its_environment_fails_with_its_ou
         Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
     record = EndpointService(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
+    artifacts = endpoint_session.artifacts
+    wait_until(lambda: artifacts.list_keys(f"endpoints/{name}/logs"), 30,
+               what="the instance's log in the store")
+    logs = [artifacts.get_bytes(k) for k in artifacts.list_keys(f"endpoints/{name}/logs")]
+    assert any(b"the handler gave up at import" in log for log in logs)  # the server's output
 
 
 @pytest.mark.slow

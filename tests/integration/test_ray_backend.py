@@ -215,10 +215,14 @@ def test_a_warm_actor_busy_with_another_client_is_passed_over(team):
 
 
 HOLD_SCRIPT = """
-import os, sys, time
+import os, signal, sys, time
 if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):  # --marker PATH: a later attempt
     print(f"rank {os.environ['RANK']} retried", flush=True)
     sys.exit(0)
+def on_term(signum, frame):
+    print(f"rank {os.environ['RANK']} stopping gracefully", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
 print(f"rank {os.environ['RANK']} pid {os.getpid()} on {os.environ['SHOAL_RAY_NODE_ID']}",
       flush=True)
 time.sleep(600)
@@ -360,6 +364,10 @@ def test_stopping_a_two_host_job_stops_the_ranks_on_both_nodes(team, tmp_path):
         record = s.jobs.wait(name, timeout=60)
     assert record.status == JobStatus.STOPPED
     assert time.monotonic() - started < 45
+    log = s.jobs.read_log(name).decode()
+    # SIGTERM reached the ranks on both nodes (not a kill), and their last words reached the log.
+    assert "[algo-1 rank 0] rank 0 stopping gracefully" in log
+    assert "[algo-2 rank 1] rank 1 stopping gracefully" in log
     wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
                what="both ranks (one on each host) to end")
     wait_until(lambda: _group_state(group) == "REMOVED", 30,
@@ -390,6 +398,27 @@ def test_losing_the_second_hosts_actor_retries_the_job_and_leaves_nothing(team, 
                what="the first attempt's ranks to end")
     wait_until(lambda: _group_state(first) == "REMOVED", 30,
                what="the job's placement group to be removed")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_lost_supervisor_of_a_two_host_job_frees_its_placement_group(team, tmp_path):
+    import ray
+
+    s = team()
+    with shoal.use(s):
+        _, name = _start_two_hosts(s, tmp_path)
+        handle = s.jobs.get(name).handle
+        pids = _rank_pids(s.jobs.read_log(name).decode())
+        # The supervisor's actor dies (its node gone, say): nobody is left to remove the group.
+        ray.kill(ray.get_actor(handle["actor"], namespace=handle["namespace"]),
+                 no_restart=True)
+        record = s.jobs.wait(name, timeout=90)
+    assert record.status == JobStatus.FAILED
+    assert record.failure_kind == FailureKind.SUPERVISOR_LOST
+    wait_until(lambda: _group_state(handle["placement_group"]) == "REMOVED", 30,
+               what="the job's placement group to be removed")
+    wait_until(lambda: all(_gone(p) for p in pids.values()), 30, what="both ranks to end")
 
 
 @pytest.mark.postgres

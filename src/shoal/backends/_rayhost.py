@@ -41,6 +41,8 @@ PLACEMENT_VAR = "SHOAL_RAY_PLACEMENT"
 HOST_ENTRY = "shoal.session:rank_host_main"
 _POLL_S = 0.2
 _CHUNK = 1 << 20
+#: How long the host's actor may take to start in its (already reserved) bundle.
+_START_TIMEOUT_S = 300.0
 #: After a stop, how long past the job's grace period to wait for the host before killing it.
 _KILL_AFTER_S = 5.0
 
@@ -76,6 +78,10 @@ class RankHost:
     def node_id(self) -> str:
         return self._node_id
 
+    def close(self) -> None:
+        """Drop the host's output file (its lines are in the job's log by now)."""
+        self._log.unlink(missing_ok=True)
+
     def read(self, offset: int) -> tuple[bytes, int | None]:
         """Output from *offset* on, and the exit code once the host has ended (and every
         byte of its output is in this answer)."""
@@ -106,32 +112,50 @@ def main(argv: list[str] | None = None) -> int:
     placement = json.loads(os.environ[PLACEMENT_VAR])
     host = f"algo-{int(spec['host_index']) + 1}"
     out = sys.stdout.buffer
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
 
     def say(text: str) -> None:
         out.write(f"[shoal] {host}: {text}\n".encode())
         out.flush()
 
+    def lost(text: str) -> int:
+        say(text)
+        # The supervisor reads this (the job's directory is our working directory): an
+        # infrastructure failure, retried up to max_retry_attempts.
+        with open(LOST_HOSTS, "a") as f:
+            f.write(f"{host}: {text.splitlines()[0]}\n")
+        return 1
+
+    # Signals that arrive while connecting wait: ray.init installs its own SIGTERM handler
+    # (sys.exit), which ours replace right after it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     ray.init(address=placement["gcs"], namespace=placement["namespace"], log_to_driver=False,
              configure_logging=False, logging_level=logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     group = placement_group_by_id(placement["group"])
-    options = dict(placement["bundle"])
     strategy = PlacementGroupSchedulingStrategy(
         group, placement_group_bundle_index=int(spec["host_index"]))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PLACEMENT_VAR)}
-    env.pop("SHOAL_RAY_NODE_ID", None)
+    # What the supervisor runs with (the stores, their credentials), never the job's own
+    # variables: the actor's arguments are kept in Ray's control store.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "SHOAL_RAY_NODE_ID", PLACEMENT_VAR)}
     actor: Any = ray.remote(RankHost).options(
         scheduling_strategy=strategy, max_restarts=0, max_concurrency=2,
-        **options).remote(env, spec)
+        **placement["bundle"]).remote(env, spec)
     offset, stop_sent = 0, None
-    grace = float(placement.get("grace_seconds", 10.0))
+    grace = float(spec.get("grace_seconds", 10.0))
     try:
-        say(f"starting on node {ray.get(actor.node_id.remote())}")
+        try:
+            node = ray.get(actor.node_id.remote(), timeout=_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            return lost(f"its bundle of the placement group could not be placed within "
+                        f"{_START_TIMEOUT_S:g} s (its node lost?)")
+        say(f"starting on node {node}")
         while True:
             if stop.is_set() and stop_sent is None:
                 say("stop requested: stopping its ranks")
@@ -152,14 +176,13 @@ def main(argv: list[str] | None = None) -> int:
             if not data:
                 stop.wait(_POLL_S)
     except ray.exceptions.RayActorError as e:
-        what = f"{host}: its node or actor was lost ({type(e).__name__})"
-        say(f"its node or actor was lost: {type(e).__name__}: {str(e).splitlines()[0]}")
-        # The supervisor reads this (the job's directory is our working directory): an
-        # infrastructure failure, retried up to max_retry_attempts.
-        with open(LOST_HOSTS, "a") as f:
-            f.write(what + "\n")
-        return 1
+        if getattr(e, "actor_init_failed", False):  # a bug or a broken node setup: no retry
+            say(f"its actor could not start: {e}")
+            return 1
+        return lost(f"its node or actor was lost: {type(e).__name__}: {e}")
     finally:
+        with contextlib.suppress(Exception):
+            ray.get(actor.close.remote(), timeout=5)
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
 

@@ -293,7 +293,12 @@ class RayBackend:
     def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
         if handle.get("backend") != "ray" or not handle.get("actor"):
             return None
-        return self._actor(handle) is not None
+        alive = self._actor(handle) is not None
+        if not alive and handle.get("placement_group"):
+            # A supervisor that never started, or died with its node, did not free its
+            # hosts' reservation (a detached group outlives it): whoever finds it gone does.
+            _remove_group(str(handle["placement_group"]))
+        return alive
 
     def describe(self, handle: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
         """Where the supervisor runs (``node_id``, ``host``, ``pid``), once it has started."""

@@ -520,7 +520,7 @@ class EndpointReplica:
                                                self._root, wanted)
         self._server.start()
         await self._server.wait_ready(timeout)
-        forward = Forward(self._server.port)
+        forward = Forward(self._server.port, str(spec.get("endpoint") or ""))
         self._app = forward
         self._lifespan = _ServerLifespan(self._server, forward)
 
@@ -576,6 +576,10 @@ class _Mounted:
         path = scope.get("path") or "/"
         if root and path.startswith(root):
             scope = dict(scope, path=path[len(root):] or "/", root_path="")
+            raw, raw_root = scope.get("raw_path"), root.encode()
+            if raw is not None:
+                scope["raw_path"] = (raw[len(raw_root):] or b"/") if raw.startswith(
+                    raw_root) else None
         await self._app(scope, receive, send)
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:

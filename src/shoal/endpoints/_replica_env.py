@@ -13,6 +13,8 @@ does.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 import time
@@ -34,9 +36,19 @@ from shoal.errors import ModelLoadError, ShoalError
 __all__ = ["Forward", "ServerProcess", "wanted_requirements"]
 
 _HOST = "127.0.0.1"
+# Run by the model's interpreter: SIGTERM when the replica dies, then become the server.
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)  # the replica died while this process started
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 #: Headers of one hop, which the forwarder's own connections set.
 _HOP_HEADERS = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding",
                           b"content-length"})
+#: Printable ASCII that a request target carries as it is (the rest is percent-encoded).
+_URL_SAFE = "!#$%&'()*+,-./:;=?@[]^_`{|}~"
 _HOP_ANSWER_HEADERS = frozenset({b"connection", b"keep-alive", b"transfer-encoding"})
 
 
@@ -99,13 +111,14 @@ class ServerProcess:
 
     def start(self) -> None:
         """Start the server. Call from the thread that lives as long as the replica (the
-        server dies with it: ``PR_SET_PDEATHSIG`` follows the thread)."""
-        from shoal.endpoints._supervisor import _die_with_parent
-
+        server dies with it: ``PR_SET_PDEATHSIG`` follows the thread). The replica is a
+        threaded process, so nothing runs between fork and exec: the server's interpreter
+        sets the signal itself (``_DIE_WITH_PARENT``), then execs the server."""
+        argv = [self._argv[0], "-c", _DIE_WITH_PARENT, str(os.getpid()), *self._argv]
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, stdout=out,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, env=self._env,
-                                         cwd=self._cwd, preexec_fn=_die_with_parent)
+                                         cwd=self._cwd)
 
     def tail(self, lines: int = 40) -> str:
         try:
@@ -163,30 +176,52 @@ class ServerProcess:
 
 class Forward:
     """An ASGI app that forwards each request to the server on *port* and streams back its
-    answer (status, headers, body as it comes)."""
+    answer (status, headers, body as it comes); 502 naming *endpoint* when that server
+    cannot be reached."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, endpoint: str = "") -> None:
         import httpx
 
+        self._endpoint = endpoint
+        # No read limit: the server answers 504 itself past its invocation timeout.
+        self._origin = f"http://{_HOST}:{port}"
         self._client = httpx.AsyncClient(
-            base_url=f"http://{_HOST}:{port}", timeout=None,
+            timeout=httpx.Timeout(None, connect=10.0, pool=60.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import httpx
+
         if scope["type"] != "http":
             return
         body = bytearray()
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left mid-request: never run the model on half a body
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        # The path as the client sent it (raw_path: percent-encoding kept) and its query,
+        # with only what is not printable ASCII percent-encoded.
+        path = scope.get("raw_path") or quote(scope["path"]).encode()
         query = scope.get("query_string") or b""
-        url = quote(scope["path"]) + (("?" + query.decode("latin-1")) if query else "")
+        url = self._origin + quote(path, safe=_URL_SAFE) + (
+            "?" + quote(query, safe=_URL_SAFE) if query else "")
         headers = [(k, v) for k, v in scope.get("headers") or () if k not in _HOP_HEADERS]
         request = self._client.build_request(scope["method"], url, headers=headers,
                                              content=bytes(body))
-        response = await self._client.send(request, stream=True)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TransportError as e:
+            detail = (f"endpoint {self._endpoint!r}: the model server in the model's own "
+                      f"environment did not answer ({type(e).__name__}: {e})")
+            payload = json.dumps({"error": "bad gateway", "detail": detail}).encode()
+            await send({"type": "http.response.start", "status": 502,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(payload)).encode())]})
+            await send({"type": "http.response.body", "body": payload})
+            return
         try:
             await send({"type": "http.response.start", "status": response.status_code,
                         "headers": [(k, v) for k, v in response.headers.raw

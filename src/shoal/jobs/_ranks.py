@@ -51,14 +51,20 @@ class _Rank:
             self.partial = b""
 
 
+_LAUNCHER_PID = os.getpid()
+
+
 def _die_with_launcher() -> None:
     """In a rank, before its exec: die if this launcher dies (a killed launcher, e.g. on
-    another host whose actor ended, never leaves ranks running)."""
+    another host whose actor ended, never leaves ranks running). The launcher is
+    single-threaded, so this runs safely between fork and exec."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != _LAUNCHER_PID:  # it died while this rank forked
+            os._exit(70)
 
 
 def _exit_code(rc: int) -> int:
@@ -74,6 +80,8 @@ def run(plan: dict[str, Any]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # A host launcher (``Supervisor.run_host``) holds these until the handlers are in place.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     ranks = [_Rank(i, spec) for i, spec in enumerate(plan["ranks"])]
     grace = float(plan.get("grace_seconds", 10.0))
     sel = selectors.DefaultSelector()

@@ -48,6 +48,8 @@ TRAINING = "training"
 _CHECKPOINT_SYNC_S = 5.0
 _METRIC_FLUSH_S = 1.0
 _OPT_ML = "/opt/ml"
+#: A placed job's supervisor variables, which its ranks have no use for.
+_PLACEMENT_VARS = frozenset({RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, "SHOAL_RAY_PLACEMENT"})
 
 
 
@@ -214,6 +216,8 @@ class TrainingAttempt:
                 self.cfg.get("metric_definitions") or ()]
         self.metrics = _MetricTap(defs, tuple(owners), metadata)
         self.checkpoints: _Checkpoints | None = None
+        #: The supervisor's environment, for the launchers of a placed job's other hosts.
+        self.supervisor_env: Mapping[str, str] | None = None
 
     # --- layout -----------------------------------------------------------------------
 
@@ -427,8 +431,11 @@ class TrainingAttempt:
         for host_i, host in enumerate(self.hosts()):
             if launcher and host_i > 0:
                 spec = {"job": self.record.name, "attempt": self.attempt, "host_index": host_i,
-                        "master_addr": addr, "master_port": port}
-                launcher_env = {k: v for k, v in env.items() if k != "SHOAL_JOB_KEY"}
+                        "master_addr": addr, "master_port": port,
+                        "grace_seconds": self.spec.stop_grace_period_in_seconds}
+                # The supervisor's own environment: not the job's variables (secrets).
+                launcher_env = dict(self.supervisor_env or env)
+                launcher_env.pop("SHOAL_JOB_KEY", None)
                 launcher_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
                 # Its output arrives prefixed by that host's own rank launcher.
                 plans.append({"argv": [sys.executable, "-m", launcher, json.dumps(spec)],
@@ -446,7 +453,9 @@ class TrainingAttempt:
         plans = []
         for local in range(r.per_host):
             rank = host_i * r.per_host + local
-            rank_env = {**env, **self.environment(host), "SM_MASTER_ADDR": master_addr}
+            rank_env = {k: v for k, v in env.items() if k not in _PLACEMENT_VARS
+                        and not k.startswith("RAY_AUTH")}
+            rank_env.update(self.environment(host), SM_MASTER_ADDR=master_addr)
             if r.torchrun:
                 rank_env.update({
                     "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),

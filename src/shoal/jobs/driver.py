@@ -265,6 +265,7 @@ class Supervisor:
         training = TrainingAttempt(record, workdir, sink, artifacts=self._svc.artifacts,
                                    metadata=self._svc.metadata, cores=self._cores,
                                    attempt=attempt)
+        training.supervisor_env = dict(os.environ)
         training.setup()
         return training
 
@@ -306,8 +307,9 @@ class Supervisor:
         over to the rank launcher (which takes this process's place). Its output (this host's
         preparation, then its ranks' lines) goes to stdout, which the first host's supervisor
         streams into the job's log; the job's state stays that supervisor's to record."""
-        out: Any = _StdoutSink()  # a LogSink's write and tail, on stdout
         record = self._svc.get(name)
+        # A LogSink's write and tail, on stdout (the first host's supervisor redacts again).
+        out: Any = _StdoutSink(secret_values(record.spec.environment_variables))
         host = f"algo-{host_index + 1}"
         if record.status.is_terminal or record.status == JobStatus.STOPPING:
             out.write(f"[shoal] {host}: job {name} is {record.status}; not starting\n".encode())
@@ -328,6 +330,9 @@ class Supervisor:
         except PrepareError as e:
             out.write(f"[shoal] {host} could not prepare job {name}: {e.reason}\n".encode())
             return 1
+        # A stop from here on must reach the rank launcher: held until it has its handlers
+        # (the mask survives execve; _ranks unblocks it).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         if self._stop:
             return 128 + signal.SIGTERM
         plan = {"grace_seconds": record.spec.stop_grace_period_in_seconds,
@@ -526,10 +531,13 @@ class _StdoutSink:
     """A log sink on this process's standard output (``run_host``: another process
     collects it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, redact: tuple[str, ...] = ()) -> None:
         self._tail: list[bytes] = []
+        self._redact = tuple(v.encode() for v in redact if v)
 
     def write(self, data: bytes) -> None:
+        for secret in self._redact:
+            data = data.replace(secret, b"***")
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         self._tail = (self._tail + data.splitlines())[-50:]

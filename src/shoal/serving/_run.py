@@ -98,8 +98,8 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
     to be awake when a burst of clients connects accepts them all, and the other workers sit
     idle for as long as those connections live (the benchmark saw all 32 on one of two).
     """
-    if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
-        return [bind(host, port)]
+    if workers <= 1 or not _reuse_port_works():
+        return [bind(host, port)]  # one socket the workers share
     if port != 0:
         bind(host, port).close()  # in use by another process: say so, as for one worker
     first = bind(host, port, reuse_port=True)
@@ -112,6 +112,18 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
             s.close()
         raise
     return socks
+
+
+def _reuse_port_works() -> bool:
+    """Whether this kernel takes SO_REUSEPORT (some sandboxes name it and refuse it)."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        return False
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError:
+        return False
+    return True
 
 
 def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
