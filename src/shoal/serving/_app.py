@@ -25,7 +25,9 @@ from shoal.serving._artifact import ResolvedModel, resolve_model
 from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
-from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
+from shoal.serving._http import ClientDisconnected, RequestError, read_body
+from shoal.serving._http import respond as _respond
+from shoal.serving._http import respond_error as _error
 from shoal.serving._metrics import ServerMetrics
 from shoal.serving._options import ServerOptions
 
@@ -261,14 +263,3 @@ def _headers(scope: Scope) -> tuple[bytes | None, bytes | None, int | None]:
     return content_type, accept, length
 
 
-async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
-                   headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _error(send: Send, error: RequestError) -> None:
-    await _respond(send, error.status, error_body(error.error, error.detail), _JSON,
-                   error.headers)

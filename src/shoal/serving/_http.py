@@ -9,7 +9,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["ClientDisconnected", "RequestError", "error_body", "read_body"]
+__all__ = ["ClientDisconnected", "RequestError", "error_body", "read_body", "respond",
+           "respond_error"]
 
 
 class RequestError(Exception):
@@ -26,6 +27,23 @@ class RequestError(Exception):
 
 def error_body(error: str, detail: str) -> bytes:
     return json.dumps({"error": error, "detail": detail}).encode()
+
+
+async def respond(send: Callable[[MutableMapping[str, Any]], Awaitable[None]], status: int,
+                  body: bytes, content_type: bytes,
+                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """One whole ASGI response: status, content type and length, *headers*, body."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def respond_error(send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+                        error: RequestError) -> None:
+    """*error* as the server's JSON refusal (with its headers, e.g. ``Retry-After``)."""
+    await respond(send, error.status, error_body(error.error, error.detail),
+                  b"application/json", error.headers)
 
 
 def bad_request(detail: str) -> RequestError:

@@ -30,6 +30,7 @@ from shoal.llm.serving._params import GenerationParams, from_lmi, from_openai, i
 from shoal.llm.serving._properties import LlmServingOptions
 from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
 from shoal.serving._http import ClientDisconnected, RequestError, bad_request, read_body
+from shoal.serving._http import respond as _respond
 from shoal.serving._options import ServerOptions
 
 __all__ = ["LlmServerApp"]
@@ -535,13 +536,6 @@ def _prompt(value: Any, name: str) -> str:
         raise invalid(f"'{name}' must be a non-empty string, got {value!r}")
     return value
 
-
-async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
-                   headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def _respond_json(send: Send, payload: Any) -> None:

@@ -35,7 +35,9 @@ from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
 from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
-from shoal.serving._http import ClientDisconnected, RequestError, error_body, read_body
+from shoal.serving._http import ClientDisconnected, RequestError, read_body
+from shoal.serving._http import respond as _respond
+from shoal.serving._http import respond_error as _error
 from shoal.serving._options import ServerOptions
 
 __all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_app"]
@@ -404,15 +406,4 @@ def _guess_type(body: bytes) -> str:
     return "application/json"
 
 
-async def _respond(send: Send, status: int, body: bytes, content_type: bytes,
-                   headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _error(send: Send, error: RequestError) -> None:
-    await _respond(send, error.status, error_body(error.error, error.detail),
-                   b"application/json", error.headers)
 
