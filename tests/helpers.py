@@ -8,11 +8,41 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["FakeClock", "fresh_postgres_database", "wait_until"]
+__all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "endpoint_test_session", "fresh_postgres_database", "rank_lines", "wait_until"]
+
+#: A torch-distributed training script (gloo on CPU): each rank all-reduces rank + 1 and prints
+#: what it saw as one JSON line; rank 0 writes the world size into the model directory.
+DDP_SCRIPT = """
+import json, os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print(json.dumps({"rank": rank, "world": world, "sum": t.item(),
+                  "local_rank": os.environ["LOCAL_RANK"], "host": os.environ["SM_CURRENT_HOST"],
+                  "hosts": json.loads(os.environ["SM_HOSTS"]),
+                  "node": os.environ.get("SHOAL_RAY_NODE_ID", "this machine"),
+                  "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}),
+      flush=True)
+if rank == 0:
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "world.txt"), "w").write(str(world))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def rank_lines(log: str) -> dict[str, dict]:
+    """``{"[algo-1 rank 0]": what that rank printed}`` from a DDP_SCRIPT job's log."""
+    import json
+
+    return {line.partition("] ")[0] + "]": json.loads(line.partition("] ")[2])
+            for line in log.splitlines() if line.startswith("[algo-") and "{" in line}
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 0.01,
@@ -89,3 +119,60 @@ class FakeClock:
         with self._lock:
             self._now += timedelta(seconds=seconds)
             return self._now
+
+
+class Followed:
+    """A command whose output is read line by line as it comes (``shoal jobs logs -f``):
+    ``lines`` grows while it runs; ``wait`` returns its exit code once every line is in.
+    Use as a context manager: a command still running at the end is killed."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        import subprocess
+
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, stdin=subprocess.DEVNULL, env=env)
+        out = self.proc.stdout
+        assert out is not None
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(out.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def __enter__(self) -> Followed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextmanager
+def endpoint_test_session(session: Any, *, local: bool) -> Iterator[Any]:
+    """*session* in use for an endpoint test; afterwards every endpoint it left is deleted,
+    and (*local*) its launcher stopped, before it closes."""
+    import shoal
+    from shoal.endpoints import EndpointService
+
+    service = EndpointService(session)
+    with shoal.use(session):
+        yield session
+    try:
+        for record in session.metadata.list_endpoints():
+            service.delete(record.name)
+    finally:
+        if local:
+            session.backend.shutdown_launcher()
+        session.close()

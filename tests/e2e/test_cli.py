@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import shoal
-from helpers import wait_until
+from helpers import Followed, wait_until
 from shoal import RemoteExecutor, remote
 from shoal.core import JobQuery, JobStatus
 from shoal.errors import JobCancelledError
@@ -191,26 +190,14 @@ def test_logs_print_what_the_function_printed(session):
 def test_logs_follow_streams_a_running_job_until_it_ends(session, tmp_path):
     release = tmp_path / "release"
     executor, future, name = start_waiting_job(session, release)
-    lines: list[str] = []
-    proc = subprocess.Popen([*CLI, "jobs", "logs", name, "-f"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                              daemon=True)
-    reader.start()
-    try:
-        wait_until(lambda: "waiting for release\n" in lines, 30, what="the followed log")
-        assert proc.poll() is None  # still following: the job has not ended
+    with Followed([*CLI, "jobs", "logs", name, "-f"]) as followed:
+        wait_until(lambda: "waiting for release\n" in followed.lines, 30,
+                   what="the followed log")
+        assert followed.proc.poll() is None  # still following: the job has not ended
         release.touch()
-        assert proc.wait(timeout=60) == 0  # the job completed
-        reader.join(timeout=10)
-        assert "released\n" in lines
-        assert f"job {name} completed" in proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        assert followed.wait(timeout=60) == 0  # the job completed
+        assert "released\n" in followed.lines
+        assert f"job {name} completed" in followed.stderr()
     assert future.result(timeout=30) == "done"
     executor.shutdown()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import shoal
+from helpers import endpoint_test_session
 from ray_cluster import ray_session
 
 
@@ -40,21 +41,11 @@ def _free_port() -> int:
 def endpoint_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[shoal.Session]:
     """The endpoint contract's session: on the local backend, and on the two-node Ray cluster
     (endpoints on Ray Serve) with PostgreSQL and S3. Deletes what the test left deployed."""
-    from shoal.endpoints import EndpointService
-
     if request.param == "ray":
         # Serve's proxy binds 127.0.0.1 on a free port (the first deploy on the cluster
         # starts Serve; the records carry the address Serve really uses).
         s = ray_session(request, tmp_path / "home", ray_serve_port=_free_port())
     else:
         s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
-    service = EndpointService(s)
-    with shoal.use(s):
+    with endpoint_test_session(s, local=request.param == "local"):
         yield s
-    try:
-        for record in s.metadata.list_endpoints():
-            service.delete(record.name)
-    finally:
-        if request.param == "local":
-            s.backend.shutdown_launcher()
-        s.close()

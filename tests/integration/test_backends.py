@@ -6,7 +6,6 @@ Nothing in a test says which backend it runs on; only the ``backend_session`` fi
 
 from __future__ import annotations
 
-import json
 import textwrap
 import time
 import uuid
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import shoal
+from helpers import DDP_SCRIPT, rank_lines
 from ray_cluster import ray_session
 from shoal import Estimator, RemoteExecutor, remote
 from shoal.core import JobQuery, JobStatus
@@ -101,30 +101,6 @@ def test_load_run_in_a_job_is_the_callers_run(backend_session):
     assert [p.step for p in backend_session.metadata.get_metrics(owner, "loss")] == list(range(5))
 
 
-DDP_SCRIPT = """
-import json, os
-import torch
-import torch.distributed as dist
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-t = torch.tensor([float(rank + 1)])
-dist.all_reduce(t)
-print(json.dumps({"rank": rank, "world": world, "sum": t.item(), "host": os.environ["SM_CURRENT_HOST"],
-                  "node": os.environ.get("SHOAL_RAY_NODE_ID", "this machine"),
-                  "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}),
-      flush=True)
-if rank == 0:
-    open(os.path.join(os.environ["SM_MODEL_DIR"], "world.txt"), "w").write(str(world))
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-def _rank_lines(log: str) -> dict[str, dict]:
-    return {line.partition("] ")[0] + "]": json.loads(line.partition("] ")[2])
-            for line in log.splitlines() if line.startswith("[algo-") and "{" in line}
-
-
 def test_torch_distributed_training_on_two_hosts(backend_session, tmp_path):
     """instance_count=2: on Ray, two nodes (a placement group), rank 0's node the master."""
     pytest.importorskip("torch")
@@ -136,7 +112,7 @@ def test_torch_distributed_training_on_two_hosts(backend_session, tmp_path):
     est.fit(logs=False)
     record = backend_session.jobs.get(est.latest_training_job.name)
     assert record.status == JobStatus.COMPLETED
-    ranks = _rank_lines(backend_session.jobs.read_log(record.name).decode())
+    ranks = rank_lines(backend_session.jobs.read_log(record.name).decode())
     assert set(ranks) == {"[algo-1 rank 0]", "[algo-2 rank 1]"}
     assert all(r["world"] == 2 and r["sum"] == 3.0 for r in ranks.values())  # 1 + 2
     assert [r["host"] for r in ranks.values()] == ["algo-1", "algo-2"]

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import shoal
-from helpers import wait_until
+from helpers import endpoint_test_session, wait_until
 from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.deserializers import CSVDeserializer, NumpyDeserializer
 from shoal.endpoints import EndpointService
@@ -76,15 +76,8 @@ def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[shoal.Session]:
     s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
-    service = EndpointService(s)
-    with shoal.use(s):
+    with endpoint_test_session(s, local=True):
         yield s
-    try:
-        for record in s.metadata.list_endpoints():
-            service.delete(record.name)
-    finally:
-        s.backend.shutdown_launcher()
-        s.close()
 
 
 def _unique(name: str) -> str:

@@ -5,42 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import DDP_SCRIPT, rank_lines
 from shoal import remote
 from shoal.core.jobs import JobStatus
 from shoal.errors import InvalidArgumentError
 from shoal.pytorch import PyTorch
 
 pytest.importorskip("torch")
-
-DDP_SCRIPT = """
-import json, os
-import torch
-import torch.distributed as dist
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-t = torch.tensor([float(rank + 1)])
-dist.all_reduce(t)
-print(json.dumps({"rank": rank, "world": world, "sum": t.item(),
-                  "local_rank": os.environ["LOCAL_RANK"], "host": os.environ["SM_CURRENT_HOST"],
-                  "hosts": json.loads(os.environ["SM_HOSTS"]),
-                  "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}),
-      flush=True)
-if rank == 0:
-    open(os.path.join(os.environ["SM_MODEL_DIR"], "world.txt"), "w").write(str(world))
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-def _rank_lines(log: str) -> dict[str, dict]:
-    import json
-
-    out = {}
-    for line in log.splitlines():
-        if line.startswith("[algo-") and "{" in line:
-            prefix, _, payload = line.partition("] ")
-            out[prefix + "]"] = json.loads(payload)
-    return out
 
 
 def test_torch_distributed_estimator_runs_every_rank_with_gloo(session, tmp_path):
@@ -52,7 +23,7 @@ def test_torch_distributed_estimator_runs_every_rank_with_gloo(session, tmp_path
     est.fit(logs=False)
     record = session.jobs.get(est.latest_training_job.name)
     assert record.status == JobStatus.COMPLETED
-    ranks = _rank_lines(session.jobs.read_log(record.name).decode())
+    ranks = rank_lines(session.jobs.read_log(record.name).decode())
     assert set(ranks) == {"[algo-1 rank 0]", "[algo-2 rank 1]", "[algo-3 rank 2]"}
     for label, seen in ranks.items():
         assert seen["world"] == 3 and seen["sum"] == 6.0  # 1 + 2 + 3 across the ranks

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import shoal
-from helpers import wait_until
+from helpers import Followed, wait_until
 from ray_cluster import ray_session
 from shoal import RemoteExecutor, remote
 from shoal.core import FailureKind, JobQuery, JobStatus
@@ -349,6 +349,14 @@ def _group_state(hex_id: str) -> str:
     return ray.util.placement_group_table().get(hex_id, {}).get("state", "REMOVED")
 
 
+def _wait_left_nothing(pids: dict[int, int], group: str) -> None:
+    """The job's ranks on both hosts end, and its placement group is removed."""
+    wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
+               what="the job's ranks on both hosts to end")
+    wait_until(lambda: _group_state(group) == "REMOVED", 30,
+               what="the job's placement group to be removed")
+
+
 @pytest.mark.postgres
 @pytest.mark.s3
 def test_stopping_a_two_host_job_stops_the_ranks_on_both_nodes(team, tmp_path):
@@ -368,10 +376,7 @@ def test_stopping_a_two_host_job_stops_the_ranks_on_both_nodes(team, tmp_path):
     # SIGTERM reached the ranks on both nodes (not a kill), and their last words reached the log.
     assert "[algo-1 rank 0] rank 0 stopping gracefully" in log
     assert "[algo-2 rank 1] rank 1 stopping gracefully" in log
-    wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
-               what="both ranks (one on each host) to end")
-    wait_until(lambda: _group_state(group) == "REMOVED", 30,
-               what="the job's placement group to be removed")
+    _wait_left_nothing(pids, group)
 
 
 @pytest.mark.postgres
@@ -394,10 +399,7 @@ def test_losing_the_second_hosts_actor_retries_the_job_and_leaves_nothing(team, 
     assert "attempt 2 of 2" in log
     assert "[algo-2 rank 1] rank 1 retried" in log and "[algo-1 rank 0] rank 0 retried" in log
     assert record.status == JobStatus.COMPLETED and record.attempt == 2
-    wait_until(lambda: all(_gone(p) for p in pids.values()), 30,
-               what="the first attempt's ranks to end")
-    wait_until(lambda: _group_state(first) == "REMOVED", 30,
-               what="the job's placement group to be removed")
+    _wait_left_nothing(pids, first)
 
 
 @pytest.mark.postgres
@@ -416,9 +418,7 @@ def test_a_lost_supervisor_of_a_two_host_job_frees_its_placement_group(team, tmp
         record = s.jobs.wait(name, timeout=90)
     assert record.status == JobStatus.FAILED
     assert record.failure_kind == FailureKind.SUPERVISOR_LOST
-    wait_until(lambda: _group_state(handle["placement_group"]) == "REMOVED", 30,
-               what="the job's placement group to be removed")
-    wait_until(lambda: all(_gone(p) for p in pids.values()), 30, what="both ranks to end")
+    _wait_left_nothing(pids, handle["placement_group"])
 
 
 @pytest.mark.postgres
@@ -453,9 +453,7 @@ def _wait_for_release(path: str) -> str:
 def test_logs_follow_a_job_running_on_another_node(team, ray_cluster, tmp_path):
     """`shoal jobs logs -f` in another process, with only the team's settings, streams a job
     that runs on the second node, and ends when the job does."""
-    import subprocess
     import sys
-    import threading
 
     s = team(ray_resources={"node2": 1})
     release = tmp_path / "release"
@@ -468,28 +466,16 @@ def test_logs_follow_a_job_running_on_another_node(team, ray_cluster, tmp_path):
                "SHOAL_RAY_AUTH_TOKEN_FILE": str(ray_cluster.token),
                "SHOAL_METADATA_URL": s.settings.resolved_metadata_url(),
                "SHOAL_ARTIFACT_URL": s.settings.resolved_artifact_url()}
-        lines: list[str] = []
-        proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "jobs", "logs", name, "-f"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL, env=env)
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                                  daemon=True)
-        reader.start()
-        try:
-            wait_until(lambda: "waiting for release\n" in lines, 90, what="the followed log")
-            assert proc.poll() is None  # still following: the job has not ended
+        with Followed([sys.executable, "-m", "shoal.cli", "jobs", "logs", name, "-f"],
+                      env=env) as followed:
+            wait_until(lambda: "waiting for release\n" in followed.lines, 90,
+                       what="the followed log")
+            assert followed.proc.poll() is None  # still following: the job has not ended
             assert s.jobs.get(name).handle  # it runs under an actor on node2
             release.touch()
-            assert proc.wait(timeout=60) == 0
-            reader.join(timeout=10)
-            assert "released\n" in lines
-            assert f"job {name} completed" in proc.stderr.read()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
+            assert followed.wait(timeout=60) == 0
+            assert "released\n" in followed.lines
+            assert f"job {name} completed" in followed.stderr()
         assert future.result(timeout=30) == "done"
 
 
