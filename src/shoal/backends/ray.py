@@ -215,8 +215,8 @@ class RayBackend:
         except (ValueError, TypeError) as e:
             raise LaunchError(f"Ray refused the placement group of job {ctx.job!r}: {e}",
                               job=ctx.job) from e
-        placement = {"group": group.id.hex(), "namespace": self._namespace, "hosts": ctx.hosts,
-                     "strategy": strategy, "bundle": _actor_resources(dict(demand))}
+        placement = {"group": group.id.hex(), "namespace": self._namespace,
+                     "bundle": _actor_resources(dict(demand))}
         options: dict[str, Any] = {
             "name": actor, "namespace": self._namespace, "lifetime": "detached",
             "max_restarts": 0, **_actor_resources(dict(demand)),
