@@ -99,3 +99,37 @@ def test_jobs_on_ray_are_kept_warm_by_default(tmp_path):
         _f, ray).keep_alive_period_in_seconds == 5
     cold = shoal.Session(home=str(tmp_path), backend="ray", ray_keep_alive_seconds=0)
     assert RemoteOptions().build_spec(_f, cold).keep_alive_period_in_seconds == 0
+
+
+class _FlakyRay:
+    """Stands in for the ray module in one place: Ray's proxier race (ray-project/ray#63202)
+    cannot be produced on demand, so its error is raised here instead."""
+
+    def __init__(self, failures: int, message: str) -> None:
+        self.failures, self.message = failures, message
+        self.inits = self.shutdowns = 0
+
+    def init(self, **kwargs):
+        self.inits += 1
+        if self.inits <= self.failures:
+            raise ConnectionAbortedError(f"Initialization failure from server:\n{self.message}")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_ray_client_server_that_dies_as_it_starts_is_tried_again():
+    from shoal.backends.ray import RayBackend
+
+    died = "RuntimeError: Starting Ray client server failed. See ray_client_server_23001.err"
+    flaky = _FlakyRay(2, died)
+    RayBackend("ray://127.0.0.1:10001")._connect(flaky)
+    assert (flaky.inits, flaky.shutdowns) == (3, 2)
+    always = _FlakyRay(9, died)
+    with pytest.raises(ConnectionAbortedError, match="Starting Ray client server failed"):
+        RayBackend("ray://127.0.0.1:10001")._connect(always)
+    assert always.inits == 3  # bounded
+    other = _FlakyRay(9, "permission denied")
+    with pytest.raises(ConnectionAbortedError, match="permission denied"):
+        RayBackend("ray://127.0.0.1:10001")._connect(other)
+    assert other.inits == 1  # any other refusal is not retried

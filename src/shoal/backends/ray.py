@@ -46,6 +46,9 @@ __all__ = ["RayBackend", "check_feasible", "check_placeable", "check_shared_stor
 logger = logging.getLogger(__name__)
 
 _STOP_CALL_TIMEOUT_S = 5.0
+#: Ray's proxier's message when the server it starts for a Ray Client connection dies.
+_CLIENT_SERVER_DIED = "Starting Ray client server failed"
+_CLIENT_SERVER_TRIES = 3
 _NODES_TTL_S = 1.0
 
 
@@ -143,10 +146,7 @@ class RayBackend:
                 if self._token_file:
                     _use_token(self._token_file)
                 try:
-                    # Never start a cluster here (address is always given), never take over
-                    # the client's logging, and keep the nodes' output out of the notebook.
-                    ray.init(address=self._address, log_to_driver=False,
-                             configure_logging=False, logging_level=logging.WARNING)
+                    self._connect(ray)
                 except (ConnectionError, RuntimeError, ValueError) as e:
                     raise BackendUnavailableError(
                         f"cannot connect to the Ray cluster at {self._address!r}: {e}. "
@@ -155,6 +155,26 @@ class RayBackend:
             if self._actor_cls is None:
                 self._actor_cls = ray.remote(_SupervisorHost)
         return ray
+
+    def _connect(self, ray: Any) -> None:
+        """``ray.init`` on the session's address: never start a cluster here (the address is
+        always given), never take over the client's logging, and keep the nodes' output out
+        of the notebook. Over Ray Client, the head's per-client server sometimes dies as it
+        forks (a gRPC race in Ray's proxier, ray-project/ray#63202: ~7% of connections, more
+        under load); that connection is tried again, a few times."""
+        for attempt in range(1, _CLIENT_SERVER_TRIES + 1):
+            try:
+                ray.init(address=self._address, log_to_driver=False,
+                         configure_logging=False, logging_level=logging.WARNING)
+                return
+            except ConnectionError as e:
+                if attempt == _CLIENT_SERVER_TRIES or _CLIENT_SERVER_DIED not in str(e):
+                    raise
+                logger.warning("Ray Client at %s: its server for this connection died as it "
+                               "started (ray-project/ray#63202); connecting again (%d/%d)",
+                               self._address, attempt + 1, _CLIENT_SERVER_TRIES)
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
 
     def alive_nodes(self) -> int:
         return len(self._nodes())
