@@ -1,7 +1,10 @@
 """shoal: run notebook code as tracked jobs, locally or on Ray — SageMaker's shape, offline.
 
 Heavy names load on first use (PEP 562), so ``import shoal`` stays fast and imports none of
-SQLAlchemy, fsspec, torch, ray, fastapi or uvicorn.
+SQLAlchemy, fsspec, torch, ray, fastapi or uvicorn. ``import shoal as sagemaker`` works the
+way SageMaker code uses its package: ``sagemaker.Session()``, ``sagemaker.get_execution_role()``
+and the submodules (``sagemaker.image_uris``, ``.utils``, ``.s3``, ``.session``...), each
+imported on first use.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from shoal.experiments import Run, load_run
     from shoal.remote_function import RemoteExecutor, get_future, list_futures, remote
     from shoal.serializers import CSVSerializer, IdentitySerializer, JSONSerializer, NumpySerializer
-    from shoal.session import Session, use
+    from shoal.session import Session, get_execution_role, use
     from shoal.training import Estimator, PyTorch, SKLearn, TrainingInput
 
 __version__ = "0.1.0"
@@ -65,6 +68,7 @@ __all__ = [
     "StringDeserializer",
     "TrainingInput",
     "__version__",
+    "get_execution_role",
     "get_future",
     "list_futures",
     "load_run",
@@ -79,6 +83,7 @@ _LAZY = {
     "list_futures": "shoal.remote_function",
     "Session": "shoal.session",
     "use": "shoal.session",
+    "get_execution_role": "shoal.session",
     "Estimator": "shoal.training",
     "PyTorch": "shoal.training",
     "SKLearn": "shoal.training",
@@ -96,4 +101,9 @@ _LAZY = {
 }
 
 
-__getattr__, __dir__ = lazy_exports("shoal", _LAZY, globals(), __all__)
+#: SageMaker's submodules that ``import sagemaker`` makes reachable as attributes.
+_SUBMODULES = ("analytics", "config", "deserializers", "djl_inference", "estimator",
+               "experiments", "huggingface", "image_uris", "inputs", "model", "predictor",
+               "pytorch", "remote_function", "s3", "serializers", "session", "sklearn", "utils")
+
+__getattr__, __dir__ = lazy_exports("shoal", _LAZY, globals(), __all__, _SUBMODULES)

@@ -35,8 +35,12 @@ __all__ = [
     "default_user_config_path",
     "djl_environ",
     "job_name",
+    "aws_region",
+    "defaults_from_dict",
     "job_run_context",
     "load_defaults",
+    "load_defaults_cached",
+    "load_sagemaker_config",
     "shoal_environ",
 ]
 
@@ -91,10 +95,16 @@ def _settings_class() -> type[Any]:
             return self.artifact_url or f"file://{self.home / 'artifacts'}"
 
         def admin_config_path(self) -> Path:
-            return self.admin_config_override or default_admin_config_path()
+            """``SHOAL_ADMIN_CONFIG_OVERRIDE``, else SageMaker's
+            ``SAGEMAKER_ADMIN_CONFIG_OVERRIDE``, else the default admin file."""
+            return self.admin_config_override or _sagemaker_override(
+                "SAGEMAKER_ADMIN_CONFIG_OVERRIDE") or default_admin_config_path()
 
         def user_config_path(self) -> Path:
-            return self.user_config_override or default_user_config_path()
+            """``SHOAL_USER_CONFIG_OVERRIDE``, else SageMaker's
+            ``SAGEMAKER_USER_CONFIG_OVERRIDE``, else the default user file."""
+            return self.user_config_override or _sagemaker_override(
+                "SAGEMAKER_USER_CONFIG_OVERRIDE") or default_user_config_path()
 
         def sources(self) -> dict[str, str]:
             """Where each setting came from: ``argument``, ``env SHOAL_X`` or ``default``."""
@@ -165,6 +175,23 @@ def djl_environ() -> dict[str, str]:
     (``OPTION_*``, ``SERVING_*``, ``HF_MODEL_ID``), for the LLM server's options."""
     return {k: v for k, v in os.environ.items()
             if k.startswith(("OPTION_", "SERVING_")) or k == "HF_MODEL_ID"}
+
+
+def aws_region() -> str | None:
+    """``AWS_REGION`` or ``AWS_DEFAULT_REGION`` (what SageMaker code names resources with)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def _sagemaker_override(var: str) -> Path | None:
+    """SageMaker's override variable: a config file, or a directory holding ``config.yaml``."""
+    value = os.environ.get(var)
+    if not value:
+        return None
+    if "://" in value:
+        raise ConfigError(f"{var}={value!r}: shoal reads config files from local paths; copy "
+                          "the file here and point the variable at it", variable=var)
+    path = Path(value).expanduser()
+    return path / "config.yaml" if path.is_dir() else path
 
 
 def default_admin_config_path() -> Path:
@@ -245,6 +272,78 @@ def load_defaults(files: Sequence[tuple[str, Path]]) -> DefaultsConfig:
         for key, value in modules.get("Session", {}).items():
             sess[key] = ResolvedValue(value, f"{label} file {path}")
     return DefaultsConfig(rf, sess, tuple(used))
+
+
+#: (label, path, mtime_ns, size) of each file -> what they said; a changed file is a new key.
+_DEFAULTS_CACHE: dict[tuple[tuple[str, str, int, int], ...], DefaultsConfig] = {}
+
+
+def _file_key(label: str, path: Path) -> tuple[str, str, int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return label, str(path), -1, -1
+    return label, str(path), st.st_mtime_ns, st.st_size
+
+
+def load_defaults_cached(files: Sequence[tuple[str, Path]]) -> DefaultsConfig:
+    """``load_defaults``, read again only when a file was created, changed or removed (its
+    path, mtime and size are the cache key), so an edit takes effect at the next use."""
+    key = tuple(_file_key(label, path) for label, path in files)
+    found = _DEFAULTS_CACHE.get(key)
+    if found is None:
+        found = load_defaults(files)
+        if len(_DEFAULTS_CACHE) > 64:
+            _DEFAULTS_CACHE.clear()
+        _DEFAULTS_CACHE[key] = found
+    return found
+
+
+def defaults_from_dict(doc: Mapping[str, Any], label: str) -> DefaultsConfig:
+    """Defaults from a config already loaded as a dict (``Session(sagemaker_config=...)``)."""
+    modules = _validate(dict(doc), Path(f"<{label}>"))
+    rf = {k: ResolvedValue(v, label) for k, v in modules.get("RemoteFunction", {}).items()}
+    sess = {k: ResolvedValue(v, label) for k, v in modules.get("Session", {}).items()}
+    return DefaultsConfig(rf, sess, (label,))
+
+
+def load_sagemaker_config(additional_config_paths: Sequence[str | os.PathLike[str]] | None = None,
+                          s3_resource: Any = None, repo_root_dir: str | None = None
+                          ) -> dict[str, Any]:
+    """The merged config dict (SageMaker's ``sagemaker.config.load_sagemaker_config``): the
+    admin file, then the user file (``SHOAL_*``/``SAGEMAKER_*_CONFIG_OVERRIDE`` honoured), then
+    *additional_config_paths*, later values replacing earlier ones key by key. Each file is
+    checked against the schema; a missing additional path is an error."""
+    settings = Settings()
+    paths: list[tuple[str, Path]] = [("admin", settings.admin_config_path()),
+                                     ("user", settings.user_config_path())]
+    for extra in additional_config_paths or ():
+        path = Path(os.fspath(extra)).expanduser()
+        paths.append(("extra", path / "config.yaml" if path.is_dir() else path))
+    merged: dict[str, Any] = {}
+    for label, path in paths:
+        if not path.exists():
+            if label == "extra":
+                raise ConfigError(f"config file {path} does not exist", file=str(path))
+            continue
+        doc = _read_yaml(path)
+        _validate(doc, path)
+        _merge(merged, doc)
+    return merged
+
+
+def _merge(into: dict[str, Any], doc: Mapping[str, Any]) -> None:
+    for key, value in doc.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = _copy(value)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    return list(value) if isinstance(value, list) else value
 
 
 def _read_yaml(path: Path) -> Any:

@@ -21,11 +21,24 @@ from typing import Any
 
 from shoal.errors import InvalidArgumentError
 
-__all__ = ["BytesDeserializer", "CSVDeserializer", "JSONDeserializer", "NumpyDeserializer",
-           "SimpleBaseDeserializer", "StringDeserializer"]
+__all__ = ["BaseDeserializer", "BytesDeserializer", "CSVDeserializer", "JSONDeserializer",
+           "JSONLinesDeserializer", "NumpyDeserializer", "PandasDeserializer",
+           "SimpleBaseDeserializer", "StreamDeserializer", "StringDeserializer",
+           "TorchTensorDeserializer"]
 
 
-class SimpleBaseDeserializer:
+class BaseDeserializer:
+    """SageMaker's abstract deserializer: ``ACCEPT`` and ``deserialize(stream, content_type)``."""
+
+    @property
+    def ACCEPT(self) -> tuple[str, ...]:  # noqa: N802 (SageMaker's name)
+        raise NotImplementedError(f"{type(self).__name__} must define ACCEPT")
+
+    def deserialize(self, stream: Any, content_type: str) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement deserialize()")
+
+
+class SimpleBaseDeserializer(BaseDeserializer):
     """SageMaker's name for a deserializer with a settable Accept (kept for ports that subclass
     it); ``deserialize`` is the subclass's."""
 
@@ -133,3 +146,60 @@ class NumpyDeserializer(SimpleBaseDeserializer):
         raise InvalidArgumentError(f"NumpyDeserializer cannot read content type "
                                    f"{content_type!r}; it reads application/x-npy, "
                                    "application/json and text/csv", content_type=content_type)
+
+
+class StreamDeserializer(SimpleBaseDeserializer):
+    """The response's stream and content type, unread: ``(stream, content_type)``."""
+
+    def deserialize(self, stream: Any, content_type: str) -> tuple[Any, str]:
+        return stream, content_type
+
+
+class JSONLinesDeserializer(SimpleBaseDeserializer):
+    """A JSON Lines body as a list, one item per line."""
+
+    def __init__(self, accept: str | tuple[str, ...] = "application/jsonlines") -> None:
+        super().__init__(accept)
+
+    def deserialize(self, stream: Any, content_type: str) -> list[Any]:
+        text = _read(stream).decode("utf-8")
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as e:
+            raise InvalidArgumentError(f"the response is not JSON Lines: {e}",
+                                       content_type=content_type) from e
+
+
+class PandasDeserializer(SimpleBaseDeserializer):
+    """A CSV or JSON body as a pandas DataFrame."""
+
+    def __init__(self, accept: str | tuple[str, ...] = ("text/csv", "application/json")
+                 ) -> None:
+        super().__init__(accept)
+
+    def deserialize(self, stream: Any, content_type: str) -> Any:
+        import pandas as pd
+
+        media = _media_type(content_type)
+        data = _read(stream)
+        if media == "text/csv":
+            return pd.read_csv(io.BytesIO(data))
+        if media == "application/json":
+            return pd.read_json(io.BytesIO(data))
+        raise InvalidArgumentError(f"PandasDeserializer cannot read content type "
+                                   f"{content_type!r}; it reads text/csv and application/json",
+                                   content_type=content_type)
+
+
+class TorchTensorDeserializer(SimpleBaseDeserializer):
+    """A ``.npy`` (or JSON) body as a torch tensor, without pickle."""
+
+    def __init__(self, accept: str | tuple[str, ...] = "tensor/pt") -> None:
+        super().__init__(accept)
+
+    def deserialize(self, stream: Any, content_type: str) -> Any:
+        import torch
+
+        media = _media_type(content_type)
+        as_numpy = "application/json" if media == "application/json" else "application/x-npy"
+        return torch.from_numpy(NumpyDeserializer().deserialize(stream, as_numpy))

@@ -1,4 +1,4 @@
-"""``sagemaker.estimator``'s path: ``from shoal.estimator import Estimator``."""
+"""SageMaker path: sagemaker.estimator — re-exports shoal.training.Estimator and Framework."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sagemaker.inputs``'s path: ``from shoal.inputs import TrainingInput``."""
+"""SageMaker path: sagemaker.inputs — re-exports shoal.training.TrainingInput."""
 
 from __future__ import annotations
 

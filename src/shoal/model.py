@@ -1,7 +1,8 @@
-"""``sagemaker.model``'s path: ``from shoal.model import Model``."""
+"""SageMaker path: sagemaker.model — re-exports shoal.endpoints.Model (and FrameworkModel)."""
 
 from __future__ import annotations
 
 from shoal.endpoints import Model
+from shoal.endpoints._framework_models import FrameworkModel
 
-__all__ = ["Model"]
+__all__ = ["FrameworkModel", "Model"]

@@ -1,4 +1,4 @@
-"""``sagemaker.predictor``'s path: ``from shoal.predictor import Predictor``."""
+"""SageMaker path: sagemaker.predictor — re-exports shoal.endpoints.Predictor."""
 
 from __future__ import annotations
 

@@ -20,11 +20,24 @@ from typing import Any
 
 from shoal.errors import InvalidArgumentError
 
-__all__ = ["CSVSerializer", "IdentitySerializer", "JSONSerializer", "NumpySerializer",
-           "SimpleBaseSerializer"]
+__all__ = ["BaseSerializer", "CSVSerializer", "DataSerializer", "IdentitySerializer",
+           "JSONLinesSerializer", "JSONSerializer", "LibSVMSerializer", "NumpySerializer",
+           "SimpleBaseSerializer", "SparseMatrixSerializer", "StringSerializer",
+           "TorchTensorSerializer"]
 
 
-class SimpleBaseSerializer:
+class BaseSerializer:
+    """SageMaker's abstract serializer: ``CONTENT_TYPE`` and ``serialize(data)``."""
+
+    @property
+    def CONTENT_TYPE(self) -> str:  # noqa: N802 (SageMaker's name)
+        raise NotImplementedError(f"{type(self).__name__} must define CONTENT_TYPE")
+
+    def serialize(self, data: Any) -> bytes | str:
+        raise NotImplementedError(f"{type(self).__name__} must implement serialize()")
+
+
+class SimpleBaseSerializer(BaseSerializer):
     """SageMaker's name for a serializer with a settable content type (kept for ports that
     subclass it); ``serialize`` is the subclass's."""
 
@@ -151,3 +164,97 @@ class IdentitySerializer(SimpleBaseSerializer):
 
     def serialize(self, data: Any) -> Any:
         return data
+
+
+class JSONLinesSerializer(SimpleBaseSerializer):
+    """One JSON document per line (``application/jsonlines``) from a list of objects."""
+
+    def __init__(self, content_type: str = "application/jsonlines") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> str:
+        if isinstance(data, str):
+            return data
+        if hasattr(data, "read"):
+            return data.read()  # type: ignore[no-any-return]
+        if not _is_sequence(data):
+            raise InvalidArgumentError("JSONLinesSerializer takes a list of JSON-serializable "
+                                       f"objects, got {type(data).__name__}", argument="data")
+        return "\n".join(json.dumps(item) for item in data)
+
+
+class StringSerializer(SimpleBaseSerializer):
+    """Text as given (``text/plain`` by default); other objects through ``str()``."""
+
+    def __init__(self, content_type: str = "text/plain") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> str:
+        return data if isinstance(data, str) else str(data)
+
+
+class DataSerializer(SimpleBaseSerializer):
+    """Raw bytes, or the contents of the file whose path is given (audio, images...)."""
+
+    def __init__(self, content_type: str = "file-path/raw-bytes") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> bytes:
+        if isinstance(data, bytes | bytearray):
+            return bytes(data)
+        if isinstance(data, str):
+            from pathlib import Path
+
+            path = Path(data)
+            if not path.is_file():
+                raise InvalidArgumentError(f"DataSerializer: {data} is not a file",
+                                           argument="data", path=data)
+            return path.read_bytes()
+        raise InvalidArgumentError(f"DataSerializer takes bytes or a file path, got "
+                                   f"{type(data).__name__}", argument="data")
+
+
+class LibSVMSerializer(SimpleBaseSerializer):
+    """LibSVM text (``text/libsvm``): a string as given (SageMaker also takes a file-like)."""
+
+    def __init__(self, content_type: str = "text/libsvm") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> str:
+        if isinstance(data, str):
+            return data
+        if hasattr(data, "read"):
+            return data.read()  # type: ignore[no-any-return]
+        raise InvalidArgumentError(f"LibSVMSerializer takes LibSVM text, got "
+                                   f"{type(data).__name__}", argument="data")
+
+
+class SparseMatrixSerializer(SimpleBaseSerializer):
+    """A scipy sparse matrix as ``.npz`` (``application/x-npz``)."""
+
+    def __init__(self, content_type: str = "application/x-npz") -> None:
+        super().__init__(content_type)
+
+    def serialize(self, data: Any) -> bytes:
+        import scipy.sparse
+
+        if not scipy.sparse.issparse(data):
+            raise InvalidArgumentError(f"SparseMatrixSerializer takes a scipy.sparse matrix, "
+                                       f"got {type(data).__name__}", argument="data")
+        buffer = io.BytesIO()
+        scipy.sparse.save_npz(buffer, data)
+        return buffer.getvalue()
+
+
+class TorchTensorSerializer(SimpleBaseSerializer):
+    """A torch tensor as ``.npy`` (``tensor/pt``), through numpy and without pickle."""
+
+    def __init__(self, content_type: str = "tensor/pt") -> None:
+        super().__init__(content_type)
+        self._numpy = NumpySerializer(content_type=content_type)
+
+    def serialize(self, data: Any) -> bytes:
+        if not hasattr(data, "detach"):
+            raise InvalidArgumentError(f"TorchTensorSerializer takes a torch.Tensor, got "
+                                       f"{type(data).__name__}", argument="data")
+        return self._numpy.serialize(data.detach().cpu().numpy())

@@ -24,7 +24,8 @@ from typing import Any
 
 from shoal.errors import ConfigError
 
-__all__ = ["Session", "current", "rank_host_main", "serve_warm_main", "supervisor_main", "use"]
+__all__ = ["PLACEHOLDER_ROLE", "Session", "current", "get_execution_role", "rank_host_main",
+           "serve_warm_main", "supervisor_main", "use"]
 
 logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
@@ -35,23 +36,41 @@ _PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.storage.sql",
 
 
 class Session:
-    """Settings, stores, backend and job service for one shoal installation.
+    """Settings, stores, backend and job service for one shoal installation; also what
+    SageMaker code passes as ``sagemaker_session=`` (``sagemaker.Session``'s arguments and
+    methods).
 
     Args:
-        sagemaker_session / boto_session / sagemaker_client: accepted for SageMaker parity
-            and ignored (shoal needs no AWS session).
+        boto_session, sagemaker_client, sagemaker_runtime_client,
+        sagemaker_featurestore_runtime_client, settings, sagemaker_metrics_client: SageMaker's
+            AWS clients and session settings; kept, and reported once as having no effect
+            (shoal calls no AWS API).
+        default_bucket: the root ``default_bucket()`` returns and uploads use: an S3 bucket
+            name or any fsspec URL (default: the config file's ``DefaultS3Bucket``, else the
+            artifact store's root).
+        sagemaker_config: a config dict (``shoal.config.load_sagemaker_config()``'s), used
+            instead of reading the config files.
+        default_bucket_prefix: a key prefix for uploads to the default bucket (default: the
+            config file's ``DefaultS3ObjectKeyPrefix``).
         config_files: extra SageMaker-schema defaults files, highest precedence last.
-        **settings: any ``Settings`` field (``home``, ``metadata_url``, ``artifact_url``...).
+        **options: any ``Settings`` field (``home``, ``metadata_url``, ``artifact_url``...).
     """
 
-    def __init__(self, *, config_files: Sequence[str | os.PathLike[str]] = (),
-                 boto_session: Any = None, sagemaker_client: Any = None,
-                 default_bucket: str | None = None, **settings: Any) -> None:
+    def __init__(self, boto_session: Any = None, sagemaker_client: Any = None,
+                 sagemaker_runtime_client: Any = None,
+                 sagemaker_featurestore_runtime_client: Any = None,
+                 default_bucket: str | None = None, settings: Any = None,
+                 sagemaker_metrics_client: Any = None,
+                 sagemaker_config: Mapping[str, Any] | None = None,
+                 default_bucket_prefix: str | None = None, *,
+                 config_files: Sequence[str | os.PathLike[str]] = (), **options: Any) -> None:
         from shoal.config import Settings
 
-        self.settings = Settings(**settings)
+        self.settings = Settings(**options)
         self._config_files = tuple(Path(p) for p in config_files)
         self._default_bucket = default_bucket
+        self._default_bucket_prefix = default_bucket_prefix
+        self._sagemaker_config = sagemaker_config
         self._lock = threading.RLock()
         self._defaults: Any = None
         self._metadata: Any = None
@@ -59,6 +78,15 @@ class Session:
         self._backend: Any = None
         self._jobs: Any = None
         self._reported: set[str] = set()
+        self.aws_clients = {k: v for k, v in (
+            ("boto_session", boto_session), ("sagemaker_client", sagemaker_client),
+            ("sagemaker_runtime_client", sagemaker_runtime_client),
+            ("sagemaker_featurestore_runtime_client", sagemaker_featurestore_runtime_client),
+            ("settings", settings), ("sagemaker_metrics_client", sagemaker_metrics_client))
+            if v is not None}
+        for name in self.aws_clients:
+            _report_once(f"Session.{name}", f"Session({name}=...) has no effect here: shoal "
+                         "calls no AWS API; it is kept as Session.aws_clients")
 
     # --- configuration ----------------------------------------------------------------
 
@@ -68,16 +96,23 @@ class Session:
 
     @property
     def defaults(self) -> Any:
-        """The SageMaker-schema defaults (admin file < user file < extra files)."""
+        """The SageMaker-schema defaults (admin file < user file < extra files), or those of
+        the ``sagemaker_config`` dict. Files are read again when one of them is created,
+        changed or removed (as SageMaker reads them per session)."""
         with self._lock:
-            if self._defaults is None:
-                from shoal.config import load_defaults
+            if self._sagemaker_config is not None:
+                if self._defaults is None:
+                    from shoal.config import defaults_from_dict
 
-                files = [("admin", self.settings.admin_config_path()),
-                         ("user", self.settings.user_config_path())]
-                files += [("extra", p) for p in self._config_files]
-                self._defaults = load_defaults(files)
-            return self._defaults
+                    self._defaults = defaults_from_dict(self._sagemaker_config,
+                                                        "sagemaker_config")
+                return self._defaults
+            from shoal.config import load_defaults_cached
+
+            files = [("admin", self.settings.admin_config_path()),
+                     ("user", self.settings.user_config_path())]
+            files += [("extra", p) for p in self._config_files]
+            return load_defaults_cached(files)
 
     def report_inert(self, key: str, message: str) -> None:
         """Warn once per session about a setting that has no effect on this backend."""
@@ -173,40 +208,91 @@ class Session:
     # --- SageMaker parity -------------------------------------------------------------
 
     def default_bucket(self) -> str:
-        """The artifact root (SageMaker returns an S3 bucket name)."""
-        return self._default_bucket or self.settings.resolved_artifact_url()
+        """Where uploads go by default (SageMaker returns its S3 bucket's name): the
+        ``default_bucket`` argument, else the config's ``DefaultS3Bucket``, else the artifact
+        store's root URL."""
+        configured = self.defaults.session.get("DefaultS3Bucket")
+        return (self._default_bucket or (configured.value if configured else None)
+                or self.settings.resolved_artifact_url())
+
+    @property
+    def default_bucket_prefix(self) -> str | None:
+        """The key prefix of uploads to the default bucket (argument, else the config's
+        ``DefaultS3ObjectKeyPrefix``)."""
+        if self._default_bucket_prefix is not None:
+            return self._default_bucket_prefix
+        configured = self.defaults.session.get("DefaultS3ObjectKeyPrefix")
+        return configured.value if configured else None
+
+    @property
+    def boto_region_name(self) -> str:
+        """``AWS_REGION``/``AWS_DEFAULT_REGION`` when set (code builds names with it), else
+        ``local``; nothing here depends on it."""
+        from shoal.config import aws_region
+
+        return aws_region() or "local"
+
+    def account_id(self) -> str:
+        """A fixed twelve-digit placeholder (there is no AWS account behind shoal)."""
+        return PLACEHOLDER_ACCOUNT
+
+    def _root(self, bucket: str | None, key_prefix: str) -> str:
+        """The URL for (*bucket*, *key_prefix*): SageMaker's rule, the default bucket's prefix
+        applies only when no bucket is given."""
+        from shoal.storage.transfer import join
+
+        if bucket is None:
+            return join(_as_url(self.default_bucket()), self.default_bucket_prefix or "",
+                        key_prefix)
+        return join(_as_url(bucket), key_prefix)
 
     def upload_data(self, path: str | os.PathLike[str], bucket: str | None = None,
-                    key_prefix: str = "data", extra_args: Any = None,
-                    callback: Any = None) -> str:
+                    key_prefix: str = "data", callback: Any = None,
+                    extra_args: Any = None) -> str:
         """Upload a local file or directory under *key_prefix*; return its URI.
 
         Like SageMaker's: a directory gives ``<root>/<key_prefix>``, a file
         ``<root>/<key_prefix>/<name>``. The root is *bucket* (a URL, or an S3 bucket name), else
-        the artifact store's root.
+        ``default_bucket()`` with ``default_bucket_prefix``. *callback* is called with each
+        file's size in bytes; *extra_args* (S3 upload options) has no effect on a local store.
         """
-        from shoal.errors import InvalidArgumentError
-        from shoal.storage.artifacts import FsspecArtifactStore
+        from shoal.storage.transfer import upload_path
 
-        src = Path(path).expanduser()
-        if not src.exists():
-            raise InvalidArgumentError(f"upload_data: {src} does not exist", path=str(src))
-        root = self.settings.resolved_artifact_url() if bucket is None else \
-            (bucket if "://" in bucket else f"s3://{bucket}")
-        store = FsspecArtifactStore.open(root)
-        prefix = key_prefix.strip("/")
-        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-        base = src.parent if src.is_file() else src
-        for i, f in enumerate(files, 1):
-            key = "/".join(x for x in (prefix, f.relative_to(base).as_posix()) if x)
-            store.put_file(key, f)
-            if callback is not None:
-                callback(f.stat().st_size)
-            if i % 200 == 0:
-                logger.info("upload_data: %d/%d files to %s", i, len(files), store.uri(prefix))
-        if src.is_file():
-            return store.uri("/".join(x for x in (prefix, src.name) if x))
-        return store.uri(prefix) if prefix else store.root
+        if extra_args:
+            self.report_inert("upload_data.extra_args", f"upload_data(extra_args={extra_args!r}"
+                              ") has no effect on this artifact store")
+        return upload_path(path, self._root(bucket, key_prefix), callback=callback)
+
+    def upload_string_as_file_body(self, body: str, bucket: str, key: str,
+                                   kms_key: str | None = None) -> str:
+        """Write *body* (text) as the object *key* in *bucket*; return its URI."""
+        from shoal.storage.transfer import write_bytes
+
+        if kms_key:
+            self.report_inert("kms_key", f"kms_key={kms_key!r} has no effect on this store")
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        return write_bytes(self._root(bucket, key), data)
+
+    def download_data(self, path: str | os.PathLike[str], bucket: str, key_prefix: str = "",
+                      extra_args: Any = None) -> list[str]:
+        """Download the object *key_prefix*, or every object under it, into the directory
+        *path*; return the local paths."""
+        from shoal.storage.transfer import download
+
+        return download(self._root(bucket, key_prefix), path)
+
+    def read_s3_file(self, bucket: str, key_prefix: str) -> str:
+        """The object *key_prefix* of *bucket* as UTF-8 text."""
+        from shoal.storage.transfer import read_bytes
+
+        return read_bytes(self._root(bucket, key_prefix)).decode("utf-8")
+
+    def list_s3_files(self, bucket: str, key_prefix: str) -> list[str]:
+        """The keys (relative to *bucket*) of the objects under *key_prefix*."""
+        from shoal.storage.transfer import list_files
+
+        root = _as_url(bucket).rstrip("/")
+        return [u[len(root) + 1:] for u in list_files(self._root(bucket, key_prefix))]
 
     def close(self) -> None:
         with self._lock:
@@ -216,6 +302,32 @@ class Session:
             if self._backend is not None:
                 self._backend.close()
             self._jobs = None
+
+
+#: What ``get_execution_role()`` and ``Session.account_id()`` return: shaped like AWS's, so
+#: code that formats or parses them keeps working; nothing here reads them.
+PLACEHOLDER_ACCOUNT = "000000000000"
+PLACEHOLDER_ROLE = f"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/shoal-placeholder-execution-role"
+_REPORTED: set[str] = set()
+
+
+def _report_once(key: str, message: str) -> None:
+    """Warn once per process (for calls that have no session to report on)."""
+    if key not in _REPORTED:
+        _REPORTED.add(key)
+        logger.warning(message)
+
+
+def _as_url(bucket: str) -> str:
+    return bucket if "://" in bucket or bucket.startswith("/") else f"s3://{bucket}"
+
+
+def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
+    """A placeholder IAM role ARN (SageMaker returns the notebook's role). shoal needs no
+    role: every ``role=`` is accepted and has no effect; this says so once."""
+    _report_once("get_execution_role", "get_execution_role() returns the placeholder "
+                 f"{PLACEHOLDER_ROLE}: roles have no effect in shoal (no AWS account is used)")
+    return PLACEHOLDER_ROLE
 
 
 _default: Session | None = None

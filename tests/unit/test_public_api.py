@@ -13,7 +13,7 @@ EXPECTED = [
     "JobTimeoutError", "NotFoundError", "RemoteExecutor", "Session", "ShoalError",
     "__version__", "get_future", "list_futures", "remote", "use",
     "Estimator", "PyTorch", "SKLearn", "TrainingInput",
-    "Run", "load_run", "ExperimentAnalytics",
+    "Run", "load_run", "ExperimentAnalytics", "get_execution_role",
     "Model", "Predictor", "JSONSerializer", "CSVSerializer", "NumpySerializer",
     "IdentitySerializer", "JSONDeserializer", "CSVDeserializer", "NumpyDeserializer",
     "BytesDeserializer", "StringDeserializer",

@@ -11,11 +11,18 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(package: str, where: Mapping[str, str], namespace: MutableMapping[str, Any],
-                 names: Sequence[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+                 names: Sequence[str], submodules: Sequence[str] = ()
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for *package*: *where* maps a name to its module; a
-    loaded value is cached in *namespace* (the package's globals)."""
+    loaded value is cached in *namespace* (the package's globals). Each of *submodules* is
+    imported on first attribute access (``import shoal as sagemaker; sagemaker.s3``), as
+    SageMaker's package has them imported already."""
 
     def __getattr__(name: str) -> Any:
+        if name in submodules:
+            value = importlib.import_module(f"{package}.{name}")
+            namespace[name] = value
+            return value
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -24,6 +31,6 @@ def lazy_exports(package: str, where: Mapping[str, str], namespace: MutableMappi
         return value
 
     def __dir__() -> list[str]:
-        return sorted(names)
+        return sorted({*names, *submodules})
 
     return __getattr__, __dir__

@@ -21,7 +21,18 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli import _bundle, _config, _db, _endpoints, _envs, _experiments, _jobs, _llm, _ray
+from shoal.cli import (
+    _alias,
+    _bundle,
+    _config,
+    _db,
+    _endpoints,
+    _envs,
+    _experiments,
+    _jobs,
+    _llm,
+    _ray,
+)
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
 
 __all__ = ["app", "main"]
@@ -45,6 +56,7 @@ app.add_typer(_experiments.runs_app, name="runs")
 app.add_typer(_endpoints.app, name="endpoints")
 app.add_typer(_llm.app, name="llm")
 app.add_typer(_ray.app, name="ray")
+app.add_typer(_alias.app, name="alias")
 app.command("serve")(_endpoints.serve)
 
 

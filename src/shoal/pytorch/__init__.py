@@ -1,7 +1,8 @@
-"""``sagemaker.pytorch``'s path: ``from shoal.pytorch import PyTorch``."""
+"""SageMaker path: sagemaker.pytorch — re-exports shoal.training.PyTorch and PyTorchModel."""
 
 from __future__ import annotations
 
+from shoal.pytorch.model import PyTorchModel, PyTorchPredictor
 from shoal.training import PyTorch
 
-__all__ = ["PyTorch"]
+__all__ = ["PyTorch", "PyTorchModel", "PyTorchPredictor"]

@@ -18,6 +18,7 @@ from shoal.core.jobs import JobKind, JobName, JobSpec
 from shoal.core.resources import resolve_instance_type
 from shoal.errors import InvalidArgumentError, ResourceUnavailableError
 from shoal.experiments import current_run_context
+from shoal.remote_function._checkpoint import find_checkpoint_location
 
 __all__ = ["UNSET", "RemoteOptions"]
 
@@ -169,6 +170,10 @@ class RemoteOptions:
         """The JobSpec plus the files that travel with the job (packed workdir, captured
         requirements)."""
         spec = self.build_spec(func, session)
+        checkpoint = find_checkpoint_location(call_args)
+        if checkpoint is not None:  # recorded like an estimator's CheckpointConfig
+            spec = dataclasses.replace(spec, extra={**spec.extra,
+                                                    "checkpoint_s3_uri": checkpoint.s3_uri})
         files: dict[str, bytes] = {}
         shipped = bool(self.resolve("include_local_workdir", session.defaults))
         if spec.dependencies == AUTO_CAPTURE:

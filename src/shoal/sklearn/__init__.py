@@ -1,7 +1,8 @@
-"""``sagemaker.sklearn``'s path: ``from shoal.sklearn import SKLearn``."""
+"""SageMaker path: sagemaker.sklearn — re-exports shoal.training.SKLearn and SKLearnModel."""
 
 from __future__ import annotations
 
+from shoal.sklearn.model import SKLearnModel, SKLearnPredictor
 from shoal.training import SKLearn
 
-__all__ = ["SKLearn"]
+__all__ = ["SKLearn", "SKLearnModel", "SKLearnPredictor"]

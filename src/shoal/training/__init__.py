@@ -7,6 +7,8 @@ SageMaker's import paths work too: ``shoal.estimator``, ``shoal.pytorch``, ``sho
 from __future__ import annotations
 
 from shoal.training._estimator import Estimator, Framework, PyTorch, SKLearn, TrainingJob
+from shoal.training._huggingface import HuggingFace
 from shoal.training._inputs import TrainingInput
 
-__all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingInput", "TrainingJob"]
+__all__ = ["Estimator", "Framework", "HuggingFace", "PyTorch", "SKLearn", "TrainingInput",
+           "TrainingJob"]

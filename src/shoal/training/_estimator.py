@@ -24,6 +24,7 @@ from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobKind, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.resources import resolve_instance_type
 from shoal.errors import InvalidArgumentError, JobFailedError
+from shoal.image_uris import parse_image_uri
 from shoal.remote_function._options import _normalise_tags, check_gpus
 from shoal.training._inputs import resolve_channels
 
@@ -94,8 +95,10 @@ class Estimator:
                                        arguments=unknown)
         self.sagemaker_session = _session(sagemaker_session)
         self.inert = {k: v for k, v in kwargs.items() if v not in (None, False)}
-        if image_uri:
+        image = parse_image_uri(image_uri)  # image_uris.retrieve's URI names a framework
+        if image_uri and image is None:
             self.inert["image_uri"] = image_uri
+        self._framework = self._framework or (image.requirement if image else None)
         if role:
             self.inert["role"] = role
         self.entry_point, self.source_dir = _check_code(entry_point, source_dir)

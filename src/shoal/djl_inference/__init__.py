@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.djl_inference — re-exports shoal.llm's DJLModel and DJLPredictor."""
+
+from __future__ import annotations
+
+from shoal.llm._sagemaker_models import DJLModel, DJLPredictor
+
+__all__ = ["DJLModel", "DJLPredictor"]

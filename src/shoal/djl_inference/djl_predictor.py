@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.djl_inference.djl_predictor — re-exports shoal.llm's DJLPredictor."""
+
+from __future__ import annotations
+
+from shoal.llm._sagemaker_models import DJLPredictor
+
+__all__ = ["DJLPredictor"]

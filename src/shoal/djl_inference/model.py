@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.djl_inference.model — re-exports shoal.llm's DJLModel."""
+
+from __future__ import annotations
+
+from shoal.llm._sagemaker_models import DJLModel
+
+__all__ = ["DJLModel"]

@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.pytorch.model — re-exports shoal.endpoints.PyTorchModel."""
+
+from __future__ import annotations
+
+from shoal.endpoints._framework_models import PyTorchModel, PyTorchPredictor
+
+__all__ = ["PyTorchModel", "PyTorchPredictor"]

@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.remote_function.checkpoint_location — re-exports shoal.remote_function."""
+
+from __future__ import annotations
+
+from shoal.remote_function._checkpoint import CheckpointLocation
+
+__all__ = ["CheckpointLocation"]

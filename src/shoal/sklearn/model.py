@@ -1,0 +1,7 @@
+"""SageMaker path: sagemaker.sklearn.model — re-exports shoal.endpoints.SKLearnModel."""
+
+from __future__ import annotations
+
+from shoal.endpoints._framework_models import SKLearnModel, SKLearnPredictor
+
+__all__ = ["SKLearnModel", "SKLearnPredictor"]
