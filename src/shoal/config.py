@@ -84,6 +84,9 @@ def _settings_class() -> type[Any]:
         job_process: Literal["fork", "exec"] = "fork"
         env_resolve_ttl_seconds: float = 24 * 3600.0
         zygote_idle_seconds: float = 300.0
+        #: Framework estimators: a framework_version or py_version that cannot run as asked
+        #: here is an error instead of running the nearest that can (with a notice).
+        strict_versions: bool = False
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
         _explicit: frozenset[str] = PrivateAttr(default=frozenset())

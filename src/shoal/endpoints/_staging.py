@@ -8,12 +8,9 @@ The client packs the code (``pack_code``); the supervisor stages everything on i
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import tarfile
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -166,28 +163,8 @@ def server_requirements(distributions: Sequence[str]) -> tuple[str, ...]:
 
 
 def serving_pythonpath(root: Path) -> Path:
-    """A directory holding shoal's package, for an isolated environment's PYTHONPATH.
+    """A directory holding shoal's package, for an isolated environment's PYTHONPATH
+    (``shoal.envs.ensure_package_path``)."""
+    from shoal.envs._runtime import ensure_package_path
 
-    A source checkout's ``src/`` holds only shoal, so it is used as it is; an installed shoal
-    lives among the client's packages, which must stay out of the model's environment, so the
-    package is copied (once per content) under *root*.
-    """
-    package = Path(__file__).resolve().parent.parent
-    parent = package.parent
-    if parent.name not in ("site-packages", "dist-packages"):
-        return parent
-    h = hashlib.sha256()
-    files = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
-    for path in files:
-        h.update(str(path.relative_to(package)).encode())
-        h.update(path.read_bytes())
-    target = root / h.hexdigest()[:16]
-    if (target / "shoal" / "__init__.py").exists():
-        return target
-    tmp = root / f".tmp-{uuid.uuid4().hex}"
-    shutil.copytree(package, tmp / "shoal", ignore=shutil.ignore_patterns("__pycache__"))
-    try:
-        os.rename(tmp, target)
-    except OSError:  # another supervisor put the same copy in place first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return ensure_package_path(root)

@@ -17,9 +17,16 @@ from shoal.envs._conda import (
     resolve_conda_env,
 )
 from shoal.envs._runtime import ensure_runtime
+from shoal.envs._sagemaker_alias import (
+    sagemaker_alias_dir,
+    shoal_requirements,
+    write_sagemaker_alias_pth,
+)
 from shoal.envs._uv import BuiltEnv, EnvInfo, UvEnvBuilder, find_uv
+from shoal.envs._wheels import NotInstallable, lowest_installable
 
-__all__ = ["BuiltEnv", "CondaEnvBuilder", "CondaSpec", "EnvInfo", "UvEnvBuilder",
-           "ensure_conda_file_env", "ensure_named_conda_env", "ensure_runtime",
-           "find_conda_tool", "find_uv", "parse_environment_yml", "plan_without_conda",
-           "resolve_conda_env"]
+__all__ = ["BuiltEnv", "CondaEnvBuilder", "CondaSpec", "EnvInfo", "NotInstallable",
+           "UvEnvBuilder", "ensure_conda_file_env", "ensure_named_conda_env", "ensure_runtime",
+           "find_conda_tool", "find_uv", "lowest_installable", "parse_environment_yml",
+           "plan_without_conda", "resolve_conda_env", "sagemaker_alias_dir",
+           "shoal_requirements", "write_sagemaker_alias_pth"]

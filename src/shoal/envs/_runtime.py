@@ -13,7 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["RUNTIME_MODULES", "ensure_runtime"]
+__all__ = ["RUNTIME_MODULES", "ensure_package_path", "ensure_runtime"]
 
 RUNTIME_MODULES = (
     "__init__.py",
@@ -47,5 +47,33 @@ def ensure_runtime(root: Path) -> Path:
     try:
         os.rename(tmp, target)
     except OSError:  # another job put the same copy in place first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def ensure_package_path(root: Path) -> Path:
+    """A directory holding all of shoal's package, for an isolated environment's PYTHONPATH.
+
+    A source checkout's ``src/`` holds only shoal, so it is used as it is; an installed shoal
+    lives among the client's packages, which must stay out of the job's environment, so the
+    package is copied (once per content) under *root*.
+    """
+    package = Path(__file__).resolve().parent.parent
+    parent = package.parent
+    if parent.name not in ("site-packages", "dist-packages"):
+        return parent
+    h = hashlib.sha256()
+    files = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    for path in files:
+        h.update(str(path.relative_to(package)).encode())
+        h.update(path.read_bytes())
+    target = Path(root) / h.hexdigest()[:16]
+    if (target / "shoal" / "__init__.py").exists():
+        return target
+    tmp = Path(root) / f".tmp-{uuid.uuid4().hex}"
+    shutil.copytree(package, tmp / "shoal", ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another supervisor put the same copy in place first
         shutil.rmtree(tmp, ignore_errors=True)
     return target

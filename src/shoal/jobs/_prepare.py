@@ -63,6 +63,8 @@ class Preparer:
             raise PrepareError(FailureKind.VERSION,
                                f"the client runs Python {spec.python_version} but the job would "
                                f"run Python {ours}; client and job major.minor must match")
+        for notice in spec.extra.get("framework_notices") or ():
+            sink.write(f"[shoal] {notice}\n".encode())
         plan = JobPython(self._python, fork=self._fork)
         conda_env = spec.extra.get("conda_env")
         if spec.dependencies or conda_env:
@@ -72,6 +74,8 @@ class Preparer:
                 what = spec.dependencies or f"conda environment {conda_env!r}"
                 raise PrepareError(FailureKind.ENVIRONMENT, f"the environment for "
                                    f"{what} could not be built: {e}") from e
+        elif spec.extra.get("sagemaker_alias"):
+            plan = self._alias_on_client_python(plan, sink)
         sha = spec.extra.get("workdir_sha256")
         if sha:
             plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
@@ -123,8 +127,39 @@ class Preparer:
         sink.write(f"[shoal] environment {built.key[:16]} ({how}) in {built.seconds:.2f} s\n"
                    .encode())
         runtime = ensure_runtime(self._envs.root.parent / "runtime")
-        return JobPython(str(built.python), fork=False, pythonpath=(str(runtime),),
+        pythonpath: tuple[str, ...] = (str(runtime),)
+        if spec.extra.get("sagemaker_alias"):
+            pythonpath = (*self._framework_job_path(built.path, sink), *pythonpath)
+        return JobPython(str(built.python), fork=False, pythonpath=pythonpath,
                          isolated=True, runtime=str(runtime))
+
+    def _framework_job_path(self, env: Path, sink: LogSink) -> tuple[str, ...]:
+        """What a framework job's environment adds, as SageMaker's containers have it: shoal's
+        whole package on the path, and ``sagemaker`` importing it (``envs._sagemaker_alias``)."""
+        from shoal.envs import write_sagemaker_alias_pth
+        from shoal.envs._runtime import ensure_package_path
+
+        for site in sorted(env.glob("lib/python*/site-packages")):
+            if not write_sagemaker_alias_pth(site):
+                sink.write(b"[shoal] a sagemaker package is installed in the job's environment; "
+                           b"the job imports it rather than shoal\n")
+        return (str(ensure_package_path(self._envs.root.parent / "package")),)
+
+    def _alias_on_client_python(self, plan: JobPython, sink: LogSink) -> JobPython:
+        """A framework job on the client's interpreter: ``sagemaker`` on its path, as shoal."""
+        import importlib.util
+
+        from shoal.envs import sagemaker_alias_dir
+
+        if importlib.util.find_spec("sagemaker") is not None:
+            sink.write(b"[shoal] a sagemaker package is installed; the job imports it rather "
+                       b"than shoal\n")
+            return plan
+        if self._envs is None:
+            return plan
+        alias = sagemaker_alias_dir(self._envs.root.parent / "runtime" / "sagemaker-alias")
+        return JobPython(plan.python, plan.fork, (str(alias), *plan.pythonpath), plan.isolated,
+                         plan.cwd, plan.runtime)
 
     def _unpack_workdir(self, record: JobRecord, sha: str, workdir: Path, plan: JobPython,
                         sink: LogSink) -> JobPython:

@@ -26,6 +26,12 @@ from shoal.core.resources import resolve_instance_type
 from shoal.errors import InvalidArgumentError, JobFailedError
 from shoal.image_uris import parse_image_uri
 from shoal.remote_function._options import _normalise_tags, check_gpus
+from shoal.training._framework_env import (
+    check_py_version,
+    framework_requirements,
+    installed_version,
+    requirement_bounds,
+)
 from shoal.training._inputs import resolve_channels
 
 __all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingJob"]
@@ -268,16 +274,15 @@ class Estimator:
 
     def _env_requirements(self) -> str | None:
         """What the job's environment must install; None when the client's environment does."""
-        lines: list[str] = []
-        pin_needed = False
-        if self._framework is not None:
-            dist, pin = self._framework
-            pin_needed = not _installed_matches(dist, pin)
-            lines.append(f"{dist}{pin}")
-        if self._requirements is not None:
-            lines.append(self._requirements.read_text().rstrip("\n"))
-            return "\n".join(lines) + "\n"
-        return "\n".join(lines) + "\n" if pin_needed else None
+        user = self._requirements.read_text().rstrip("\n") if self._requirements else None
+        lines, build = self._framework_requirements(user)
+        if user is not None:
+            return "\n".join([*lines, user]) + "\n"
+        return "\n".join(lines) + "\n" if build else None
+
+    def _framework_requirements(self, user: str | None) -> tuple[list[str], bool]:
+        """(the framework's requirement lines, whether they need an environment of their own)."""
+        return [], False
 
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
               run: dict[str, str] | None, requirements: str | None) -> JobSpec:
@@ -299,6 +304,13 @@ class Estimator:
             "estimator": type(self).__name__,
         }
         extra: dict[str, Any] = {"training": training, "distribution": self._ranks}
+        if self._framework is not None:
+            extra["sagemaker_alias"] = True  # as in SageMaker's containers: import sagemaker
+        notices = list(getattr(self, "_framework_notices", ()))
+        if notices:
+            extra["framework_notices"] = notices
+            for notice in notices:
+                session.report_inert(f"framework:{notice}", notice)
         if run is not None:
             extra["run"] = run
         if self._gpu_note:
@@ -491,43 +503,53 @@ class TrainingJob:
 
 
 class Framework(Estimator):
-    """An estimator whose job environment pins a framework (``framework_version``)."""
+    """An estimator whose job environment resolves as SageMaker's container for
+    ``framework_version`` would, on the client's Python (``training/_framework_env.py``)."""
 
     _dist = ""
+    _framework_name = ""
 
     def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
                  py_version: str | None = None, source_dir: str | None = None,
                  hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
-                 distribution: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        ours = f"py{sys.version_info.major}{sys.version_info.minor}"
-        if py_version not in (None, "py3", ours):
-            raise InvalidArgumentError(
-                f"py_version={py_version!r}: jobs here run Python "
-                f"{sys.version_info.major}.{sys.version_info.minor}; use py_version={ours!r} or "
-                "'py3'", argument="py_version")
-        installed = _installed_version(self._dist)
+                 distribution: Mapping[str, Any] | None = None, *,
+                 strict_versions: bool | None = None, **kwargs: Any) -> None:
+        installed = installed_version(self._dist)
         self.framework_version = framework_version or (installed.split("+")[0] if installed
                                                        else None)
         if self.framework_version is None:
             raise InvalidArgumentError(
                 f"{type(self).__name__} needs framework_version= ({self._dist} is not installed "
                 "here to default to)", argument="framework_version")
-        self.py_version = py_version or ours
-        self._framework = (self._dist, self._pin(self.framework_version))
         super().__init__(entry_point=entry_point, source_dir=source_dir,
                          hyperparameters=hyperparameters, image_uri=image_uri,
                          distribution=distribution, **kwargs)
+        settings = self.sagemaker_session.settings
+        self.strict_versions = bool(getattr(settings, "strict_versions", False)
+                                    if strict_versions is None else strict_versions)
+        py_note = check_py_version(py_version, framework=self._framework_name,
+                                   version=self.framework_version, strict=self.strict_versions)
+        self._py_notice: tuple[str, ...] = (py_note,) if py_note else ()
+        self._framework_notices = self._py_notice
+        self.py_version = py_version or f"py{sys.version_info.major}{sys.version_info.minor}"
+        _, release, _ = requirement_bounds(self._framework_name, self._dist,
+                                           self.framework_version)
+        self._framework = (self._dist, release)
 
-    @staticmethod
-    def _pin(version: str) -> str:
-        parts = version.split(".")
-        return f"=={version}" if len(parts) >= 3 else f"=={version}.*"
+    def _framework_requirements(self, user: str | None) -> tuple[list[str], bool]:
+        lines, build, notices = framework_requirements(
+            self._framework_name, self._dist, self.framework_version, user,
+            strict=self.strict_versions,
+            cache_dir=self.sagemaker_session.settings.home / "envs" / "framework-releases")
+        self._framework_notices = (*self._py_notice, *notices)
+        return lines, build
 
 
 class PyTorch(Framework):
     """``sagemaker.pytorch.PyTorch``: the job's environment has ``torch==framework_version``."""
 
     _dist = "torch"
+    _framework_name = "pytorch"
 
     def _framework_module(self) -> str:
         return "sagemaker_pytorch_container.training:main"
@@ -537,22 +559,19 @@ class SKLearn(Framework):
     """``sagemaker.sklearn.SKLearn``; ``framework_version`` "1.2-1" pins scikit-learn 1.2.*."""
 
     _dist = "scikit-learn"
+    _framework_name = "sklearn"
 
     def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
                  py_version: str | None = "py3", source_dir: str | None = None,
                  hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
-                 **kwargs: Any) -> None:
+                 *, strict_versions: bool | None = None, **kwargs: Any) -> None:
         if kwargs.get("instance_count", 1) not in (1, None):
             raise InvalidArgumentError("SKLearn trains on one instance (as on SageMaker); use "
                                        "instance_count=1", argument="instance_count")
         super().__init__(entry_point=entry_point, framework_version=framework_version,
                          py_version=py_version, source_dir=source_dir,
-                         hyperparameters=hyperparameters, image_uri=image_uri, **kwargs)
-
-    @staticmethod
-    def _pin(version: str) -> str:
-        release = version.split("-")[0]  # SageMaker's "1.2-1": scikit-learn 1.2, image build 1
-        return Framework._pin(release)
+                         hyperparameters=hyperparameters, image_uri=image_uri,
+                         strict_versions=strict_versions, **kwargs)
 
     def _framework_module(self) -> str:
         return "sagemaker_sklearn_container.training:main"
@@ -617,26 +636,6 @@ def _check_metrics(defs: list[Mapping[str, str]] | None) -> list[dict[str, str]]
                 "value, e.g. 'loss=([0-9.]+)'", argument="metric_definitions", metric=d["Name"])
         out.append({"Name": d["Name"], "Regex": d["Regex"]})
     return out
-
-
-def _installed_version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
-def _installed_matches(dist: str, pin: str) -> bool:
-    have = _installed_version(dist)
-    if have is None:
-        return False
-    want = pin.removeprefix("==").split("+")[0]
-    have = have.split("+")[0]
-    if want.endswith(".*"):
-        return have == want[:-2] or have.startswith(want[:-1])
-    return have == want
 
 
 def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
