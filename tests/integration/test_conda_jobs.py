@@ -88,35 +88,83 @@ def test_pip_section_runs_through_uv_without_a_conda_tool(session, tmp_path, no_
     assert "no conda tool on PATH" in log and "with uv" in log
 
 
-def test_conda_only_packages_fail_the_job_naming_each(session, tmp_path, no_conda_tool):
+def _conda_named_probe() -> tuple[str, str, str, str]:
+    import sys
+
+    import msgpack
+    import numpy
+    import six
+
+    return (".".join(map(str, msgpack.version)), numpy.__version__, six.__version__,
+            sys.prefix)
+
+
+def test_conda_names_build_with_uv_without_a_conda_tool(session, tmp_path, no_conda_tool):
+    yml = _write(tmp_path / "environment.yml", """\
+        name: analysis
+        channels: [conda-forge, defaults]
+        dependencies:
+          - python=3.99
+          - _libgcc_mutex
+          - libgcc-ng
+          - ca-certificates
+          - msgpack-python=1.0
+          - conda-forge::numpy=1.26
+          - pip
+          - pip:
+              - six==1.16.0
+        """)
+    record, result = _run_job(session, _conda_named_probe, dependencies=yml)
+    msgpack_version, numpy_version, six_version, prefix = result
+    assert msgpack_version.startswith("1.0.") and numpy_version.startswith("1.26.")
+    assert six_version == "1.16.0"
+    [env] = session.env_builder.list()
+    assert prefix == str(env.path)
+    log = session.jobs.read_log(record.name).decode()
+    assert "channels conda-forge, defaults ignored" in log
+    assert "_libgcc_mutex, libgcc-ng, ca-certificates dropped: system packages" in log
+    assert "msgpack-python as msgpack" in log
+    assert (f"asks for python=3.99; the job runs on the client's Python "
+            f"{platform.python_version()}") in log
+
+
+def test_a_conda_package_pypi_does_not_have_fails_naming_it(session, tmp_path, no_conda_tool):
     yml = _write(tmp_path / "environment.yml", f"""\
         dependencies:
           - python={MINOR}
           - libgcc
-          - conda-forge::numpy=1.26
+          - poppler=24.04
           - pip: [six==1.16.0]
         """)
     record, error = _run_job(session, _probe, dependencies=yml)
     assert isinstance(error, JobFailedError)
     assert record.failure_kind == FailureKind.ENVIRONMENT
-    assert "libgcc" in record.failure_reason and "conda-forge::numpy=1.26" in record.failure_reason
-    assert "micromamba" in record.failure_reason
+    assert "conda package 'poppler' has no PyPI counterpart" in record.failure_reason
+    assert "micromamba" in record.failure_reason and "libgcc" not in record.failure_reason
     assert session.env_builder.list() == []
     assert not list((session.home / "envs").glob(".build-*"))
 
 
-def test_a_python_that_is_not_installed_fails_clearly(session, tmp_path, no_conda_tool):
+def test_with_strict_versions_a_python_the_client_does_not_run_fails(tmp_path, no_conda_tool):
+    import shoal
+    from conftest import make_session
+
     yml = _write(tmp_path / "environment.yml", """\
         dependencies:
           - python=3.99
           - pip: [six==1.16.0]
         """)
-    record, error = _run_job(session, _probe, dependencies=yml)
+    strict = make_session(tmp_path / "strict-home", strict_versions=True)
+    try:
+        with shoal.use(strict):
+            record, error = _run_job(strict, _probe, dependencies=yml)
+    finally:
+        strict.backend.shutdown_launcher()
+        strict.close()
     assert isinstance(error, JobFailedError)
     assert record.failure_kind == FailureKind.ENVIRONMENT
-    assert f"asks for python=3.99 but the client runs Python {platform.python_version()}" \
-        in record.failure_reason
-    assert session.env_builder.list() == []
+    assert (f"strict_versions: {yml} asks for python=3.99 but the client runs Python "
+            f"{platform.python_version()}") in record.failure_reason
 
 
 # --- with a conda tool: a stand-in micromamba ------------------------------------------

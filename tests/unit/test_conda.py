@@ -15,6 +15,7 @@ from shoal.envs._conda import (
     plan_without_conda,
     python_specifier,
 )
+from shoal.envs._conda_pypi import conda_to_pip
 from shoal.errors import RuntimeEnvError
 
 CLIENT = platform.python_version()
@@ -111,43 +112,69 @@ def test_a_constraint_shoal_cannot_read_is_a_clear_error() -> None:
 # --- without a conda tool -------------------------------------------------------------
 
 
-def test_conda_only_packages_are_each_named() -> None:
+def test_conda_packages_become_pypi_requirements() -> None:
     parsed = parse_environment_yml(FULL.replace("python=3.11", f"python={MINOR}"),
                                    source="environment.yml")
-    with pytest.raises(RuntimeEnvError) as info:
-        plan_without_conda(parsed, client_python="/usr/bin/python3")
-    message = str(info.value)
-    assert "numpy=1.26" in message and "conda-forge::libgcc" in message
-    assert "micromamba" in message and "pip:" in message
-    assert info.value.details["conda_packages"] == ["numpy=1.26", "conda-forge::libgcc"]
+    plan = plan_without_conda(parsed, client_python="/usr/bin/python3")
+    assert plan.requirements == "numpy==1.26.*\nsix==1.16.0\nrequests>=2\n"
+    assert plan.notices == (
+        "environment.yml: channels conda-forge, defaults ignored; without a conda tool the "
+        "packages come from PyPI",
+        "environment.yml: conda-forge::libgcc dropped: system packages, which PyPI wheels "
+        "bundle or the machine provides")
+
+
+@pytest.mark.parametrize(("entry", "requirement"), [
+    ("numpy", "numpy"), ("numpy=1.26", "numpy==1.26.*"), ("numpy=1.26.4", "numpy==1.26.4"),
+    ("numpy 1.26.4", "numpy==1.26.4"), ("numpy==1.26.4", "numpy==1.26.4"),
+    ("numpy>=1.20,<2", "numpy>=1.20,<2"), ("numpy=1.26.4=py311h64a7726_0", "numpy==1.26.4"),
+    ("numpy 1.26.*", "numpy==1.26.*"), ("pytorch=2.1", "torch==2.1.*"),
+    ("conda-forge::py-xgboost>=2", "xgboost>=2"), ("matplotlib-base", "matplotlib"),
+    ("scikit-learn=1.4", "scikit-learn==1.4.*"), ("msgpack-python", "msgpack"),
+])
+def test_conda_names_and_versions_translate(entry: str, requirement: str) -> None:
+    assert conda_to_pip([entry], source="e.yml").requirements == (requirement,)
+
+
+def test_system_packages_are_dropped_and_r_packages_fail_named() -> None:
+    out = conda_to_pip(["libgcc-ng", "_openmp_mutex", "cudatoolkit=11.8", "mkl", "pandas"],
+                       source="e.yml")
+    assert out.requirements == ("pandas",)
+    assert out.dropped == ("libgcc-ng", "_openmp_mutex", "cudatoolkit=11.8", "mkl")
+    with pytest.raises(RuntimeEnvError, match="e.yml needs conda for r-base, r-ggplot2"):
+        conda_to_pip(["r-base", "numpy", "r-ggplot2"], source="e.yml")
+    with pytest.raises(RuntimeEnvError, match="'|'"):
+        conda_to_pip(["numpy 1.25|1.26"], source="e.yml")
 
 
 @pytest.mark.parametrize("constraint", [f"={MINOR}", f"=={MINOR}.*", ">=3.8", f"={CLIENT}",
                                         None])
 def test_a_python_constraint_the_client_satisfies_is_fine(constraint: str | None) -> None:
-    python, requirements = plan_without_conda(
+    plan = plan_without_conda(
         spec(python=constraint, pip_packages=("six==1.16.0", "--index-url https://x/simple")),
         client_python="/opt/py/bin/python")
-    assert python == "/opt/py/bin/python"
-    assert requirements == "six==1.16.0\n--index-url https://x/simple\n"
+    assert plan.python == "/opt/py/bin/python" and plan.notices == ()
+    assert plan.requirements == "six==1.16.0\n--index-url https://x/simple\n"
 
 
-def test_a_python_the_client_does_not_run_is_refused_clearly() -> None:
+def test_a_python_the_client_does_not_run_runs_on_the_clients_with_a_notice() -> None:
+    plan = plan_without_conda(spec(python="=3.99"), client_python="python",
+                              source="/proj/environment.yml")
+    assert plan.python == "python"
+    assert plan.notices == (f"environment.yml asks for python=3.99; the job runs on the "
+                            f"client's Python {CLIENT} (no conda tool to install another)",)
     with pytest.raises(RuntimeEnvError) as info:
         plan_without_conda(spec(python="=3.99"), client_python="python",
-                           source="/proj/environment.yml")
-    message = str(info.value)
-    assert message.startswith("/proj/environment.yml asks for python=3.99 but the client runs "
-                              f"Python {CLIENT}")
-    assert f"python={MINOR}" in message
+                           source="/proj/environment.yml", strict=True)
+    assert str(info.value).startswith("strict_versions: /proj/environment.yml asks for "
+                                      f"python=3.99 but the client runs Python {CLIENT}")
 
 
 def test_the_client_patch_release_counts_without_a_conda_tool() -> None:
-    with pytest.raises(RuntimeEnvError, match="asks for python=3.11.7"):
-        plan_without_conda(spec(python="=3.11.7"), client_python="python",
-                           client_version="3.11.9")
     assert plan_without_conda(spec(python="=3.11.7"), client_python="python",
-                              client_version="3.11.7") == ("python", "")
+                              client_version="3.11.9").notices != ()
+    assert plan_without_conda(spec(python="=3.11.7"), client_python="python",
+                              client_version="3.11.7").notices == ()
 
 
 # --- with a conda tool (no subprocess: the file handed to the tool and the cache key) ----

@@ -29,14 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shoal.envs._conda_pypi import CondaAsPip, conda_name_error, conda_specifier, conda_to_pip
 from shoal.envs._uv import _READY, BuiltEnv, EnvInfo, UvEnvBuilder, _abi_tag, _flock, find_uv
 from shoal.errors import RuntimeEnvError
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-__all__ = ["CondaEnvBuilder", "CondaSpec", "ensure_conda_file_env", "ensure_named_conda_env",
-           "find_conda_tool", "parse_environment_yml", "plan_without_conda", "resolve_conda_env"]
+__all__ = ["CondaEnvBuilder", "CondaSpec", "UvPlan", "ensure_conda_file_env",
+           "ensure_named_conda_env", "find_conda_tool", "parse_environment_yml",
+           "plan_without_conda", "resolve_conda_env"]
 
 _TOOLS = ("micromamba", "mamba", "conda")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -124,19 +126,8 @@ def python_specifier(constraint: str) -> SpecifierSet:
     """
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    parts = []
-    for part in constraint.replace(" ", "").split(","):
-        if part.startswith("=") and not part.startswith("=="):
-            part = part[1:]
-        if part.startswith("=="):
-            part = "==" + part[2:].split("=", 1)[0]
-        elif part[:1].isdigit():
-            version = part.split("=", 1)[0]
-            exact = version.endswith("*") or version.count(".") >= 2
-            part = f"=={version}" if exact else f"=={version}.*"
-        parts.append(part)
     try:
-        return SpecifierSet(",".join(parts))
+        return SpecifierSet(conda_specifier(constraint, what="python"))
     except InvalidSpecifier as e:
         raise RuntimeEnvError(f"python{constraint} is not a version constraint shoal "
                               f"understands: {e}") from e
@@ -179,19 +170,42 @@ def find_conda_tool() -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class UvPlan:
+    """How uv builds a conda file: *python* runs it, *requirements* is the text to install,
+    *notices* say what differs from what a conda tool would have built."""
+
+    python: str
+    requirements: str
+    notices: tuple[str, ...]
+    translated: CondaAsPip
+
+
 def plan_without_conda(spec: CondaSpec, *, client_python: str, client_version: str | None = None,
-                       source: str = "environment.yml") -> tuple[str, str]:
-    """(interpreter, requirements text) to build *spec* with uv when no conda tool exists."""
-    if spec.conda_packages:
-        listed = ", ".join(spec.conda_packages)
-        raise RuntimeEnvError(
-            f"{source} needs conda for {len(spec.conda_packages)} package(s) that uv cannot "
-            f"install: {listed}. No conda tool (micromamba, mamba or conda) is on PATH: install "
-            "micromamba, or move the packages that are on PyPI to the file's pip: section",
-            path=source, conda_packages=list(spec.conda_packages))
-    check_python(spec, source=source, client_version=client_version, exact=True)
-    text = "\n".join(spec.pip_packages)
-    return client_python, text + "\n" if text else ""
+                       source: str = "environment.yml", strict: bool = False) -> UvPlan:
+    """How to build *spec* with uv when no conda tool exists: its conda packages by their PyPI
+    names (system packages dropped), its ``pip:`` section as it is, on the client's Python."""
+    translated = conda_to_pip(spec.conda_packages, source=source)
+    notices = []
+    if spec.channels:
+        notices.append(f"{Path(source).name}: channels {', '.join(spec.channels)} ignored; "
+                       "without a conda tool the packages come from PyPI")
+    if translated.dropped:
+        notices.append(f"{Path(source).name}: {', '.join(translated.dropped)} dropped: system "
+                       "packages, which PyPI wheels bundle or the machine provides")
+    if translated.renamed:
+        notices.append(f"{Path(source).name}: conda names installed by their PyPI names: "
+                       + ", ".join(f"{c} as {p}" for c, p in translated.renamed))
+    try:
+        check_python(spec, source=source, client_version=client_version, exact=True)
+    except RuntimeEnvError as e:
+        version = client_version or platform.python_version()
+        if strict:
+            raise RuntimeEnvError(f"strict_versions: {e}", **e.details) from e
+        notices.append(f"{Path(source).name} asks for python{spec.python}; the job runs on the "
+                       f"client's Python {version} (no conda tool to install another)")
+    text = "\n".join([*translated.requirements, *spec.pip_packages])
+    return UvPlan(client_python, text + "\n" if text else "", tuple(notices), translated)
 
 
 # --- with a conda tool ----------------------------------------------------------------
@@ -428,17 +442,24 @@ def _install_requirements(python: Path, requirements: str, *, base_dir: Path, na
 
 def ensure_conda_file_env(text: str, *, source: str, uv_builder: UvEnvBuilder, base_dir: Path,
                           extra: tuple[str, ...], client_python: str,
-                          log: _Log | None = None) -> BuiltEnv:
-    """The environment for a job's conda file: with a conda tool if one is on PATH, else its
-    ``pip:`` section built with uv (refusing conda-only packages by name)."""
+                          log: _Log | None = None, strict: bool = False) -> BuiltEnv:
+    """The environment for a job's conda file: with a conda tool if one is on PATH, else with
+    uv (``plan_without_conda``; a conda package PyPI does not have fails, named)."""
     log = log or (lambda _msg: None)
     spec = parse_environment_yml(text, source=source)
     tool = find_conda_tool()
     if tool is not None:
         return CondaEnvBuilder(uv_builder.root, tool).ensure(
             text, base_dir=base_dir, extra=extra, log=log, source=source)
-    python, requirements = plan_without_conda(spec, client_python=client_python, source=source)
-    log(f"[shoal] no conda tool on PATH: building the pip: section of {Path(source).name} "
-        f"with uv on Python {platform.python_version()} ({python})\n")
-    return uv_builder.ensure(requirements, base_dir=base_dir, extra=extra, log=log)
-
+    plan = plan_without_conda(spec, client_python=client_python, source=source, strict=strict)
+    log(f"[shoal] no conda tool on PATH: building {Path(source).name} with uv on Python "
+        f"{platform.python_version()} ({plan.python})\n")
+    for notice in plan.notices:
+        log(f"[shoal] {notice}\n")
+    try:
+        return uv_builder.ensure(plan.requirements, base_dir=base_dir, extra=extra, log=log)
+    except RuntimeEnvError as e:
+        named = conda_name_error(str(e), plan.translated, source=source)
+        if named is None:
+            raise
+        raise RuntimeEnvError(named, path=source) from e

@@ -64,6 +64,13 @@ class EnvInfo:
     packages: int
 
 
+def uv_environment() -> dict[str, str]:
+    """The environment uv runs in: ours, less an activated virtualenv's or conda's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CONDA"))}
+    env.setdefault("UV_NO_PROGRESS", "1")
+    return env
+
+
 def _abi_tag() -> str:
     return f"{sys.implementation.cache_tag}-{sysconfig.get_platform()}"
 
@@ -85,8 +92,7 @@ class UvEnvBuilder:
         return self._uv
 
     def _run(self, args: list[str], *, cwd: Path | None = None, what: str) -> str:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CONDA"))}
-        env.setdefault("UV_NO_PROGRESS", "1")
+        env = uv_environment()
         try:
             done = subprocess.run([self._uv_bin(), *args], cwd=cwd, env=env, text=True,
                                   capture_output=True, timeout=1800, check=False)

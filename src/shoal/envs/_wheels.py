@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from shoal.envs._uv import _abi_tag, find_uv
+from shoal.envs._uv import _abi_tag, find_uv, uv_environment
 from shoal.errors import RuntimeEnvError
 
 __all__ = ["NotInstallable", "lowest_installable"]
@@ -62,10 +62,9 @@ def _resolve(requirements: Sequence[str], binary: Sequence[str], python: str) ->
             "--no-header", "--no-annotate", "--quiet", "-"]
     for name in binary:
         argv[3:3] = ["--only-binary", name]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CONDA"))}
-    env.setdefault("UV_NO_PROGRESS", "1")
     try:
-        done = subprocess.run(argv, input="\n".join(requirements) + "\n", text=True, env=env,
+        done = subprocess.run(argv, input="\n".join(requirements) + "\n", text=True,
+                              env=uv_environment(),
                               capture_output=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeEnvError(f"asking uv which releases install here failed: {e}") from e

@@ -118,7 +118,8 @@ class Preparer:
         elif is_conda_file and text is not None:
             built = ensure_conda_file_env(text, source=str(spec.dependencies),
                                           uv_builder=self._envs, base_dir=base_dir, extra=extra,
-                                          client_python=self._python, log=log)
+                                          client_python=self._python, log=log,
+                                          strict=bool(spec.extra.get("strict_versions")))
         else:
             built = self._envs.ensure(text or "", base_dir=base_dir, extra=extra, log=log)
         self._artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),

@@ -246,6 +246,8 @@ class RemoteOptions:
             extra["conda_env"] = conda_env.strip()
         if gpu_note:
             extra["gpu_fallback"] = gpu_note
+        if getattr(session.settings, "strict_versions", False):
+            extra["strict_versions"] = True  # a conda file's python= must then be the client's
         if self.use_torchrun:
             per_node = self.nproc_per_node if self.nproc_per_node not in (UNSET, None) else \
                 max(1, 0 if gpu_note else itype.gpus)

@@ -306,11 +306,11 @@ class Estimator:
         extra: dict[str, Any] = {"training": training, "distribution": self._ranks}
         if self._framework is not None:
             extra["sagemaker_alias"] = True  # as in SageMaker's containers: import sagemaker
-        notices = list(getattr(self, "_framework_notices", ()))
-        if notices:
-            extra["framework_notices"] = notices
-            for notice in notices:
-                session.report_inert(f"framework:{notice}", notice)
+        if getattr(self, "strict_versions", session.settings.strict_versions):
+            extra["strict_versions"] = True
+        for notice in getattr(self, "_framework_notices", ()):  # on the record, and warned once
+            extra.setdefault("framework_notices", []).append(notice)
+            session.report_inert(f"framework:{notice}", notice)
         if run is not None:
             extra["run"] = run
         if self._gpu_note:
