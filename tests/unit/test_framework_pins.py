@@ -181,3 +181,21 @@ def test_the_alias_directory_makes_sagemaker_shoal_module_for_module(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "shoal"
     assert sagemaker_alias_dir(tmp_path / "alias") == alias  # made once
+
+
+def test_a_job_environments_alias_is_the_one_shoal_alias_install_writes(tmp_path):
+    from shoal.cli import _alias
+    from shoal.envs import write_sagemaker_alias_pth
+    from shoal.envs._sagemaker_alias import PTH_FILE, PTH_LINE
+
+    assert (PTH_FILE, PTH_LINE) == (_alias._PTH, _alias._PTH_LINE)
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    assert write_sagemaker_alias_pth(site)
+    assert all(_alias._ours(site / n) for n in (_alias._PTH, _alias._MODULE))
+    (site / "sagemaker").mkdir()  # a real one: left alone
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sagemaker-2.200.0.dist-info").mkdir()
+    assert not write_sagemaker_alias_pth(other) and list(other.iterdir()) == [
+        other / "sagemaker-2.200.0.dist-info"]

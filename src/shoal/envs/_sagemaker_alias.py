@@ -2,15 +2,16 @@
 
 SageMaker's framework containers ship the ``sagemaker`` SDK, so a training script may do
 ``from sagemaker.experiments.run import load_run``. Inside a shoal framework job that name is
-shoal. Two ways, both internal to jobs (the user-facing ``shoal alias install`` is separate):
+shoal, through the finder of ``shoal._sagemaker_alias`` (the one ``shoal alias install`` uses):
 
-- ``write_sagemaker_alias_pth(site_packages)``: into an environment shoal built, a finder module
-  (``_shoal_sagemaker_alias.py``) and a ``.pth`` line that imports it at interpreter start;
-- ``sagemaker_alias_dir(root)``: a directory for the job's ``PYTHONPATH`` (the finder module and
-  a ``sagemaker`` stand-in package that becomes shoal), for a job on the client's own
+- ``write_sagemaker_alias_pth(site_packages)``: into an environment shoal built, the same two
+  files ``shoal alias install --target`` writes (``_shoal_sagemaker_alias.py`` and
+  ``shoal-sagemaker-alias.pth``), so ``shoal alias status|uninstall`` see them;
+- ``sagemaker_alias_dir(root)``: a directory for the job's ``PYTHONPATH`` (that module and a
+  ``sagemaker`` stand-in package that becomes shoal), for a job on the client's own
   interpreter, whose site-packages shoal does not change.
 
-Neither applies where a real ``sagemaker`` is installed: that one is imported.
+Neither is used where a real ``sagemaker`` is installed: that one is imported.
 ``shoal_requirements()`` pins shoal's own dependencies to the client's versions, so that an
 environment with shoal's package on its path can import it.
 """
@@ -22,13 +23,17 @@ import os
 import uuid
 from pathlib import Path
 
-__all__ = ["ALIAS_MODULE", "has_real_sagemaker", "sagemaker_alias_dir", "shoal_requirements",
-           "write_sagemaker_alias_pth"]
+__all__ = ["ALIAS_MODULE", "PTH_FILE", "PTH_LINE", "has_real_sagemaker", "sagemaker_alias_dir",
+           "shoal_requirements", "write_sagemaker_alias_pth"]
 
 ALIAS_MODULE = "_shoal_sagemaker_alias"
-_FINDER = Path(__file__).with_name("_sagemaker_finder.py")
-_STAND_IN = (f"import sys\n\nimport {ALIAS_MODULE}  # registers the finder for sagemaker.X\n"
-             "import shoal\n\nsys.modules[__name__] = shoal\n")
+# The names and line cli/_alias.py ('shoal alias install') writes; a test holds them equal.
+PTH_FILE = "shoal-sagemaker-alias.pth"
+PTH_LINE = f"import {ALIAS_MODULE}; {ALIAS_MODULE}.install()\n"
+_FINDER = Path(__file__).resolve().parent.parent / "_sagemaker_alias.py"
+_STAND_IN = (f"import sys\n\nimport {ALIAS_MODULE}\n\n"
+             f"{ALIAS_MODULE}.install()  # for sagemaker.X\n"
+             "import shoal  # noqa: E402\n\nsys.modules[__name__] = shoal\n")
 # shoal's own dependencies (pyproject's), less uv: a job builds no environments.
 _SHOAL_DEPS = ("cloudpickle", "fsspec", "sqlalchemy", "alembic", "pydantic", "pydantic-settings",
                "pyyaml", "typer", "rich", "httpx", "packaging", "pathspec", "plotext")
@@ -50,10 +55,12 @@ def has_real_sagemaker(site_packages: Path) -> bool:
 def write_sagemaker_alias_pth(site_packages: Path) -> bool:
     """Make ``import sagemaker`` import shoal in the environment of *site_packages*; False
     (and nothing written) when a real sagemaker is installed there."""
+    from shoal._sagemaker_alias import MARKER
+
     if has_real_sagemaker(site_packages):
         return False
     _write(site_packages / f"{ALIAS_MODULE}.py", _FINDER.read_text())
-    _write(site_packages / f"{ALIAS_MODULE}.pth", f"import {ALIAS_MODULE}\n")
+    _write(site_packages / PTH_FILE, f"# {MARKER}: 'import sagemaker' imports shoal\n{PTH_LINE}")
     return True
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from shoal.errors import InvalidArgumentError, RuntimeEnvError
 from shoal.training._containers import Container, container_for
 
-__all__ = ["FrameworkEnv", "check_py_version", "framework_requirements", "installed_version",
-           "plan_framework_env", "requirement_bounds"]
+__all__ = ["FrameworkEnv", "check_py_version", "framework_requirements", "installed_matches",
+           "installed_version", "pin_for", "plan_framework_env", "requirement_bounds"]
 
 # The first release of each framework whose wheels are built against NumPy 2; older ones need
 # NumPy 1 ("numpy.dtype size changed" otherwise).
@@ -211,3 +211,17 @@ def requirement_names(text: str | None) -> set[str]:
         except InvalidRequirement:
             continue
     return names
+
+
+def pin_for(version: str) -> str:
+    """A version as given as a pin: ``2.13.0`` -> ``==2.13.0``, ``2.13`` -> ``==2.13.*``."""
+    return f"=={version}" if len(version.split(".")) >= 3 else f"=={version}.*"
+
+
+def installed_matches(dist: str, pin: str) -> bool:
+    """Whether the client's installed *dist* satisfies ``pin_for``'s *pin*."""
+    have = (installed_version(dist) or "").split("+")[0]
+    want = pin.removeprefix("==")
+    if not have:
+        return False
+    return have.startswith(want[:-1]) if want.endswith(".*") else have == want

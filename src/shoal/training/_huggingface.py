@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.errors import InvalidArgumentError
-from shoal.training._estimator import Framework, _installed_matches
+from shoal.training._estimator import Framework
+from shoal.training._framework_env import installed_matches, pin_for
 
 __all__ = ["HuggingFace"]
 
@@ -19,6 +20,7 @@ class HuggingFace(Framework):
     ``compiler_config`` (SageMaker Training Compiler) is kept with no effect."""
 
     _dist = "transformers"
+    _framework_name = "huggingface"
 
     def __init__(self, py_version: str | None = None, entry_point: str | None = None,
                  transformers_version: str | None = None,
@@ -36,7 +38,7 @@ class HuggingFace(Framework):
         self.tensorflow_version = None
         self.pytorch_version = pytorch_version
         self.compiler_config = compiler_config
-        self._torch = ("torch", Framework._pin(pytorch_version)) if pytorch_version else None
+        self._torch = ("torch", pin_for(pytorch_version)) if pytorch_version else None
         super().__init__(entry_point=entry_point, framework_version=transformers_version,
                          py_version=py_version, source_dir=source_dir,
                          hyperparameters=hyperparameters, image_uri=image_uri,
@@ -49,10 +51,10 @@ class HuggingFace(Framework):
         if self._torch is None:
             return base
         dist, pin = self._torch
-        if base is None and _installed_matches(dist, pin):
+        if base is None and installed_matches(dist, pin):
             return None
-        if base is None and self._framework is not None:
-            base = f"{self._framework[0]}{self._framework[1]}\n"
+        if base is None and self._framework is not None:  # (distribution, release)
+            base = f"{self._framework[0]}{pin_for(self._framework[1])}\n"
         return f"{base or ''}{dist}{pin}\n"
 
     def _framework_module(self) -> str:
