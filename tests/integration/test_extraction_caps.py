@@ -160,3 +160,15 @@ def test_a_bundle_from_a_model_bomb_is_refused(session, tmp_path):
         build_bundle(str(bomb), target="container", output=str(tmp_path / "out"),
                      session=session)
     assert "model.tar.gz" in str(info.value)
+
+
+def test_verifying_a_bundle_zip_bomb_is_refused_before_anything_runs(session, tmp_path):
+    import zipfile
+
+    from shoal.bundles import verify_bundle
+
+    bomb = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("model/model.onnx", bytes(64 * MIB))
+    with pytest.raises(InvalidArgumentError, match=f"the bundle {bomb}.*2.0 MiB"):
+        verify_bundle(bomb, session=session)

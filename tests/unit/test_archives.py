@@ -225,3 +225,29 @@ def test_a_full_disk_stops_the_extraction_naming_the_archive_and_leaves_nothing(
             extract_tar(archive, disk / "model", limits=ExtractLimits())
         assert str(archive) in str(info.value) and "disk is full" in str(info.value)
         assert list(disk.iterdir()) == []
+
+
+def test_the_model_server_and_the_workdir_use_the_caps_of_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal.envs._workdir import unpack_workdir
+    from shoal.errors import ModelLoadError
+    from shoal.serving._artifact import resolve_model
+
+    monkeypatch.setenv("SHOAL_MAX_EXTRACT_BYTES", str(MIB))
+    monkeypatch.setenv("SHOAL_MAX_EXTRACT_FILES", "5")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    bomb = _zeros_tar(tmp_path / "model.tar.gz", {"model.onnx": 16 * MIB})
+    with pytest.raises(ModelLoadError, match=f"{bomb}.*SHOAL_MAX_EXTRACT_BYTES"):
+        resolve_model(bomb)
+    assert list((tmp_path / "tmp").iterdir()) == []  # the server's private copy is gone too
+    many = io.BytesIO()
+    with zipfile.ZipFile(many, "w") as zf:
+        for i in range(6):
+            zf.writestr(f"pkg/m{i}.py", "")
+    with pytest.raises(InvalidArgumentError, match="workdir archive.*more than 5 files"):
+        unpack_workdir(many.getvalue(), tmp_path / "src")
+    _nothing_left(tmp_path, tmp_path / "src")
