@@ -176,3 +176,32 @@ def endpoint_test_session(session: Any, *, local: bool) -> Iterator[Any]:
         if local:
             session.backend.shutdown_launcher()
         session.close()
+
+
+@contextmanager
+def small_tmpfs(where: Any, *, size: str = "1m") -> Iterator[Any]:
+    """A real, tiny file system mounted at *where* (a Path), to produce a full disk (ENOSPC)
+    or, with ``remount_read_only``, a read-only one (root writes through chmod, not through
+    a read-only mount). Skips the test where mounting is not allowed (not root, no
+    CAP_SYS_ADMIN)."""
+    import os
+    import subprocess
+
+    import pytest
+
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs",
+                              str(where)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or os.strerror(1)}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def remount_read_only(where: Any) -> None:
+    """Make a ``small_tmpfs`` read-only in place (what a read-only volume looks like)."""
+    import subprocess
+
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)

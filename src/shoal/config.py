@@ -53,6 +53,8 @@ def _settings_class() -> type[Any]:
     from pydantic import Field, PrivateAttr
     from pydantic_settings import BaseSettings, SettingsConfigDict
 
+    from shoal._internal.archives import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_EXTRACT_FILES
+
     class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
         model_config = SettingsConfigDict(env_prefix="SHOAL_", env_nested_delimiter="__",
                                           extra="forbid")
@@ -87,6 +89,11 @@ def _settings_class() -> type[Any]:
         #: Framework estimators: a framework_version or py_version that cannot run as asked
         #: here is an error instead of running the nearest that can (with a notice).
         strict_versions: bool = False
+        #: The most one archive (model.tar.gz, a job's source, a workdir, a bundle) may
+        #: expand to when shoal extracts it, in bytes and in members; checked while
+        #: extracting, so a decompression bomb stops at the cap and leaves nothing behind.
+        max_extract_bytes: int = Field(default=DEFAULT_MAX_EXTRACT_BYTES, ge=1)
+        max_extract_files: int = Field(default=DEFAULT_MAX_EXTRACT_FILES, ge=1)
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
         _explicit: frozenset[str] = PrivateAttr(default=frozenset())

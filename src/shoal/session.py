@@ -199,6 +199,8 @@ class Session:
         env["SHOAL_ARTIFACT_URL"] = self.settings.resolved_artifact_url()
         env["SHOAL_MAX_SLOTS"] = str(self.max_slots)
         env["SHOAL_JOB_PROCESS"] = self.settings.job_process
+        env["SHOAL_MAX_EXTRACT_BYTES"] = str(self.settings.max_extract_bytes)
+        env["SHOAL_MAX_EXTRACT_FILES"] = str(self.settings.max_extract_files)
         return env
 
     @property

@@ -124,10 +124,32 @@ def test_forged_hmac_field_is_rejected(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def test_metadata_that_is_not_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metadata", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_metadata_that_is_not_json_is_unreadable_not_tampered_with(tmp_path: Path,
+                                                                   metadata: bytes) -> None:
     payload = serialize(1, KEY, what="f")
-    with pytest.raises(PayloadIntegrityError, match="JSON"):
-        deserialize(Payload(payload.data, b"{not json"), KEY, what="f")
+    with pytest.raises(SerializationError, match="metadata.json.*unreadable") as info:
+        deserialize(Payload(payload.data, metadata), KEY, what="f")
+    assert not isinstance(info.value, PayloadIntegrityError)  # the HMAC decides tampering
+    assert info.value.details["unreadable"] is True
+
+
+def test_envelopes_do_not_use_what_user_code_did_to_json(monkeypatch) -> None:
+    import json
+
+    class Hostile(json.JSONEncoder):
+        def encode(self, o):
+            return "not json {"
+
+    monkeypatch.setattr(json, "JSONEncoder", Hostile)
+    monkeypatch.setattr(json.encoder.JSONEncoder, "encode", lambda self, o: "garbage")
+    monkeypatch.setattr(json.encoder.JSONEncoder, "iterencode", lambda self, o, *a: iter(["x"]))
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: "garbage")
+    monkeypatch.setattr(json, "loads", lambda *a, **k: {"format_version": 99})
+    monkeypatch.setattr(json.decoder.JSONDecoder, "decode", lambda self, s: [])
+    payload = serialize({"answer": 42}, KEY, what="f")
+    assert deserialize(payload, KEY, what="f") == {"answer": 42}
+    assert payload.meta["format_version"] == 1
 
 
 def test_python_version_mismatch(tmp_path: Path) -> None:
@@ -209,3 +231,21 @@ def test_golden_v1_payload_still_loads() -> None:
     assert deserialize(payload, GOLDEN_KEY, what="golden payload") == GOLDEN_OBJECT
     with pytest.raises(PayloadIntegrityError):
         deserialize(payload, KEY, what="golden payload")
+
+
+def test_the_job_runtime_copy_holds_the_private_json_codec(tmp_path: Path) -> None:
+    """An isolated job imports shoal only from the runtime copy (envs/_runtime.py)."""
+    import subprocess
+    import sys
+
+    from shoal.envs._runtime import ensure_runtime
+
+    runtime = ensure_runtime(tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import shoal.jobs._entrypoint, "
+            "shoal.jobs._executor; from shoal._internal.jsoncodec import dumps, loads; "
+            "import shoal; assert shoal.__file__.startswith(sys.argv[1]), shoal.__file__; "
+            "print(dumps(loads('{\"b\": 1, \"a\": [2]}'), sort_keys=True))")
+    proc = subprocess.run([sys.executable, "-S", "-E", "-c", code, str(runtime)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == '{"a": [2], "b": 1}'

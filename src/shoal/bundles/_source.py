@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +63,12 @@ def fetch(model: str | os.PathLike[str], *, workdir: Path, session: Any = None) 
     text = os.fspath(model)
     path = Path(text).expanduser()
     if path.exists():
-        return _unpack(path, workdir) if path.name.endswith(_TARBALL) else path
+        return _unpack(path, workdir, session) if path.name.endswith(_TARBALL) else path
     if "://" in text:
-        return _unpack(_download(text, workdir, session), workdir)
+        return _unpack(_download(text, workdir, session), workdir, session)
     if _JOB_NAME.match(text):
-        return _unpack(_download(_job_model_data(text, session), workdir, session), workdir)
+        return _unpack(_download(_job_model_data(text, session), workdir, session), workdir,
+                       session)
     raise ModelNotFound(f"model {text!r} is not a directory, a file, a model.tar.gz URI or a "
                         "training job's name", model=text)
 
@@ -121,16 +121,16 @@ def _download(uri: str, workdir: Path, session: Any) -> Path:
     return local
 
 
-def _unpack(path: Path, workdir: Path) -> Path:
+def _unpack(path: Path, workdir: Path, session: Any) -> Path:
+    from shoal._internal.archives import ExtractLimits, extract_tar
+
     if not path.name.endswith(_TARBALL):
         return path
     dest = workdir / "unpacked"
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(path) as archive:
-            archive.extractall(dest, filter="data")  # no absolute paths, links out or devices
-    except (tarfile.TarError, OSError) as e:
-        raise InvalidArgumentError(f"cannot unpack {path.name}: {e}", path=str(path)) from e
+    # Caps on size and file count (the session's, else SHOAL_MAX_EXTRACT_*), checked while
+    # extracting; no absolute paths, links out or devices; nothing left behind on failure.
+    limits = ExtractLimits.from_settings(session.settings) if session is not None else None
+    extract_tar(path, dest, limits=limits, label=f"the model archive {path.name} ({path})")
     return dest
 
 

@@ -93,7 +93,7 @@ def verify_bundle(path: str | os.PathLike[str], *, env_root: str | os.PathLike[s
 
     source = Path(path).expanduser().absolute()
     with tempfile.TemporaryDirectory(prefix="shoal-verify-") as tmp:
-        bundle = _open(source, Path(tmp))
+        bundle = _open(source, Path(tmp), session)
         manifest = _manifest(bundle, source)
         target = parse_target(manifest["target"])
         builder = _builder(env_root, session)
@@ -128,17 +128,20 @@ def _builder(env_root: str | os.PathLike[str] | None, session: Any) -> Any:
     return session.env_builder
 
 
-def _open(source: Path, tmp: Path) -> Path:
+def _open(source: Path, tmp: Path, session: Any) -> Path:
     if source.is_dir():
         return source
     if not source.is_file():
         raise InvalidArgumentError(f"no bundle at {source}", path=str(source))
-    try:
-        with zipfile.ZipFile(source) as zf:
-            zf.extractall(tmp / "bundle")
-    except (zipfile.BadZipFile, OSError) as e:
-        raise InvalidArgumentError(f"{source} is not a bundle .zip: {e}",
-                                   path=str(source)) from e
+    from shoal._internal.archives import ExtractLimits, extract_zip
+
+    if not zipfile.is_zipfile(source):
+        raise InvalidArgumentError(f"{source} is not a bundle .zip (nor a bundle directory)",
+                                   path=str(source))
+    # Caps on size and file count (the session's, else SHOAL_MAX_EXTRACT_*), checked while
+    # extracting; entries outside the directory are refused; nothing left behind on failure.
+    limits = ExtractLimits.from_settings(session.settings) if session is not None else None
+    extract_zip(source, tmp / "bundle", limits=limits, label=f"the bundle {source}")
     return tmp / "bundle"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import tarfile
 import tempfile
 import time
 from importlib.resources import as_file, files
@@ -20,6 +19,7 @@ from typing import Any
 
 from rich.text import Text
 
+from shoal._internal.archives import extract_tar
 from shoal.cli._context import out, state
 
 __all__ = ["run_llm_demo"]
@@ -80,9 +80,8 @@ def _generate(model_data: str, where: Path) -> str:
     import fsspec
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where.mkdir(parents=True)
-    with fsspec.open(model_data, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
-        tar.extractall(where, filter="data")
+    with fsspec.open(model_data, "rb") as f:
+        extract_tar(f, where, label=f"model_data {model_data}")
     tok = AutoTokenizer.from_pretrained(where)
     model = AutoModelForCausalLM.from_pretrained(where).eval()
     prompt = tok.apply_chat_template([{"role": "user", "content": _QUESTION}], tokenize=False,

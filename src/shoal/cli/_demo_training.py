@@ -9,7 +9,6 @@ dict, exports ONNX and checks it with onnxruntime before the job may succeed.
 from __future__ import annotations
 
 import importlib.resources
-import tarfile
 import tempfile
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
+from shoal._internal.archives import extract_tar
 from shoal.cli._context import emit, out, state
 from shoal.cli._render import elapsed_seconds, format_duration, status_text
 
@@ -124,14 +124,15 @@ def _check_model(model_data: str, test_dir: Path) -> None:
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="shoal-demo-model-") as tmp:
-        with fsspec.open(model_data, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
-            names = sorted(tar.getnames())
-            tar.extractall(tmp, filter="data")
+        model_dir = Path(tmp) / "model"
+        with fsspec.open(model_data, "rb") as f:
+            extract_tar(f, model_dir, label=f"model_data {model_data}")
+        names = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*"))
         _note(f"model_data {model_data}", style="")
         _note(f"   holds {', '.join(names)}")
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        onnx_model = ort.InferenceSession(str(Path(tmp) / "model.onnx"), options,
+        onnx_model = ort.InferenceSession(str(model_dir / "model.onnx"), options,
                                           providers=["CPUExecutionProvider"])
     with np.load(test_dir / "digits.npz") as data:
         images, labels = data["images"], data["labels"]

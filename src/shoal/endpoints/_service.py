@@ -25,7 +25,7 @@ from shoal.errors import (
     ServingError,
 )
 
-__all__ = ["EndpointService", "endpoint_key"]
+__all__ = ["EndpointService", "endpoint_dir", "endpoint_key"]
 
 _SUPERVISOR_ENTRY = "shoal.endpoints._supervisor:main"
 _LIVE = (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE, EndpointStatus.UPDATING)
@@ -34,6 +34,11 @@ _LIVE = (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE, EndpointStatus.UPDA
 def endpoint_key(name: str, *parts: str) -> str:
     """``endpoints/<name>/...`` in the artifact store."""
     return "/".join(("endpoints", name, *parts))
+
+
+def endpoint_dir(home: Path | str, name: str) -> Path:
+    """Where an endpoint's supervisor stages its model and keeps its instances' logs."""
+    return Path(home) / "endpoints" / name
 
 
 class EndpointService:
@@ -190,6 +195,7 @@ class EndpointService:
 
             _ray_serve.delete(self._session, record)
             self.metadata.delete_endpoint(name)
+            self._remove_files(name)
             return
         if record.supervisor and backend.is_alive(record.supervisor):
             backend.signal_stop(record.supervisor)
@@ -197,6 +203,7 @@ class EndpointService:
             delay = 0.01
             while time.monotonic() < deadline:
                 if self.metadata.find_endpoint(name) is None:
+                    self._remove_files(name)
                     return
                 if backend.is_alive(record.supervisor) is False:
                     break
@@ -211,7 +218,21 @@ class EndpointService:
 
     def _clean_up(self, record: EndpointRecord) -> None:
         _stop_instances(record)
+        self._remove_files(record.name)
         self.metadata.delete_endpoint(record.name)
+
+    def _remove_files(self, name: str) -> None:
+        """What deploying *name* wrote: its directory under the home (the staged model, the
+        code, the instances' logs) and the code and environment it shipped to the artifact
+        store. The logs uploaded under ``endpoints/<name>/logs/`` stay, as SageMaker's
+        CloudWatch logs outlive an endpoint."""
+        import shutil
+
+        shutil.rmtree(endpoint_dir(self._session.home, name), ignore_errors=True)
+        artifacts = self._session.artifacts
+        for part in ("code", "env", "model"):
+            with contextlib.suppress(Exception):
+                artifacts.delete_prefix(endpoint_key(name, part))
 
 
 def _stop_instances(record: EndpointRecord) -> None:

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from shoal.errors import InvalidArgumentError, ServingError
+from shoal.errors import InvalidArgumentError, ServingError, ShoalError
 
 __all__ = ["check_model_data", "code_requirements", "is_local", "local_path", "pack_code",
            "requirements_base", "server_requirements", "serving_pythonpath", "stage_model"]
@@ -69,13 +69,16 @@ def check_model_data(model_data: str) -> None:
                                        f"{path.resolve()})", argument="model_data")
 
 
-def _extract(archive: Path, target: Path) -> None:
+def _extract(archive: Path, target: Path, label: str) -> None:
+    from shoal._internal.archives import extract_tar
+
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")  # no absolute paths, links out or devices
-    except (tarfile.TarError, OSError) as e:
-        raise ServingError(f"cannot unpack the model archive {archive}: {e}",
-                           path=str(archive)) from e
+        # Caps on size and file count (SHOAL_MAX_EXTRACT_*), checked while extracting; no
+        # absolute paths, links out or devices; nothing left behind on failure.
+        extract_tar(archive, target, label=label)
+    except ShoalError as e:
+        raise ServingError(f"cannot unpack the model archive: {e}",
+                           **{**e.details, "path": str(archive)}) from e
 
 
 def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> Path:
@@ -90,7 +93,7 @@ def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> 
                 return path
             shutil.copytree(path, target, symlinks=False)
         elif path.is_file():
-            _place_file(path, target)
+            _place_file(path, target, f"model_data {model_data}")
         else:
             raise ServingError(f"model_data {model_data} does not exist (looked for {path})",
                                model_data=model_data)
@@ -100,16 +103,15 @@ def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> 
         code = target / "code"
         if code.exists():  # code from the deployer replaces what the archive held
             shutil.rmtree(code)
-        code.mkdir(parents=True)
-        _extract(code_archive, code)
+        _extract(code_archive, code, "the deployer's code (entry_point / source_dir)")
     return target
 
 
-def _place_file(path: Path, target: Path) -> None:
-    target.mkdir(parents=True)
+def _place_file(path: Path, target: Path, label: str) -> None:
     if path.name.endswith(_TAR_SUFFIXES):
-        _extract(path, target)
+        _extract(path, target, label)
     else:  # a bare model file (model.onnx, model.joblib...)
+        target.mkdir(parents=True)
         shutil.copy2(path, target / path.name)
 
 
@@ -127,7 +129,7 @@ def _fetch_remote(uri: str, target: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="shoal-model-") as tmp:
             local = Path(tmp) / Path(path).name
             fs.get(path, str(local))
-            _place_file(local, target)
+            _place_file(local, target, f"model_data {uri}")
     except ServingError:
         raise
     except Exception as e:  # fsspec backends raise their own types (botocore, OSError...)

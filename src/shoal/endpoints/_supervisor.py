@@ -33,7 +33,7 @@ from shoal.core.endpoints import (
     EndpointStatus,
     InstanceStatus,
 )
-from shoal.endpoints._service import endpoint_key
+from shoal.endpoints._service import endpoint_dir, endpoint_key
 from shoal.endpoints._staging import (
     code_requirements,
     requirements_base,
@@ -123,7 +123,7 @@ class EndpointSupervisor:
         self._session = session
         self._store = session.metadata
         self._name = name
-        self._dir = Path(session.home) / "endpoints" / name
+        self._dir = endpoint_dir(session.home, name)
         self._stopping = False  # set by SIGTERM; a flag, as a handler must not take locks
         self._startup_timeout = 600.0
         self._fixed_port: int | None = None
@@ -183,9 +183,15 @@ class EndpointSupervisor:
             self._client.close()
 
     def _fail(self, reason: str) -> None:
+        import shutil
+
         self._say(f"failed: {reason}")
         self._kill_all()
         self._upload_logs()
+        # A failed endpoint serves nothing: free the disk its staged model held now (the
+        # logs stay until 'shoal endpoints delete' removes the endpoint's directory).
+        shutil.rmtree(self._dir / "model", ignore_errors=True)
+        (self._dir / "code.tar.gz").unlink(missing_ok=True)
         with contextlib.suppress(EndpointNotFound, InvalidTransitionError):
             self._store.update_endpoint(self._name, status=EndpointStatus.FAILED,
                                         failure_reason=reason)
@@ -389,10 +395,12 @@ class EndpointSupervisor:
         self._kill_all()
         self._upload_logs()
         if remove:
-            self._store.delete_endpoint(self._name)
             import shutil
 
-            shutil.rmtree(self._dir / "model", ignore_errors=True)
+            # Everything deploy wrote here goes before the record does, so a client that
+            # sees the record gone finds the disk freed too.
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._store.delete_endpoint(self._name)
         self._say("stopped")
 
     def _upload_logs(self) -> None:

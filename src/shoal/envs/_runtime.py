@@ -20,6 +20,7 @@ RUNTIME_MODULES = (
     "errors.py",
     "_internal/__init__.py",
     "_internal/lazy.py",
+    "_internal/jsoncodec.py",
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",

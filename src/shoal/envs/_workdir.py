@@ -23,7 +23,7 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pathspec
@@ -103,32 +103,13 @@ def pack_workdir(
 
 
 def unpack_workdir(data: bytes, target: Path) -> None:
-    """Extract a packed workdir into ``target``; refuse entries that would land outside it."""
-    target = Path(target)
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        infos = zf.infolist()
-        for info in infos:  # validate everything before writing anything
-            _check_entry_name(info.filename)
-        target.mkdir(parents=True, exist_ok=True)
-        for info in infos:
-            dest = target.joinpath(*PurePosixPath(info.filename).parts)
-            if info.is_dir():
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(zf.read(info))
-            if (info.external_attr >> 16) & 0o111:
-                dest.chmod(dest.stat().st_mode | 0o111)
+    """Extract a packed workdir into ``target``; refuse entries that would land outside it
+    (checked before anything is written) and stop at the extraction caps
+    (``SHOAL_MAX_EXTRACT_BYTES`` / ``_FILES``), leaving nothing behind."""
+    from shoal._internal.archives import extract_zip
 
-
-def _check_entry_name(name: str) -> None:
-    parts = name.replace("\\", "/").split("/")
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts:
-        raise InvalidArgumentError(
-            f"refusing workdir archive entry {name!r}: absolute paths and '..' are not allowed; "
-            "the archive was not made by pack_workdir",
-            entry=name,
-        )
+    extract_zip(io.BytesIO(data), Path(target),
+                label="the job's workdir archive (include_local_workdir)")
 
 
 def _ignore_for(file_filter: Any) -> Callable[[Path, str, list[str]], set[str]]:

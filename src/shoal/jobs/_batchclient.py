@@ -87,7 +87,7 @@ class JobBatch:
             # The worker recorded the job completed before it said so; its result, signed
             # under the job's key, travels with the news.
             return lambda: deserialize(Payload(blobs[0], blobs[1]), key,
-                                       what=f"result of job {name}")
+                                       what=f"result of job {name}", reader="client")
         return functools.partial(self._recorded_outcome, name)
 
     def _recorded_outcome(self, name: str) -> Any:

@@ -14,12 +14,11 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-
-# Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
-from json import dumps as _json_dumps
 from pathlib import Path
 from typing import Any
 
+# shoal's private json codec: user code may patch json, and must not corrupt our envelopes.
+from shoal._internal.jsoncodec import dumps as _json_dumps
 from shoal.errors import PayloadIntegrityError, PayloadVersionError, SerializationError
 from shoal.serialization import Payload, deserialize, serialize
 

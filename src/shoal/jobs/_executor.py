@@ -27,10 +27,10 @@ import sys
 import threading
 import time
 import types
-from json import dumps as _json_dumps  # bound now: a job may monkeypatch json
-from json import loads as _json_loads
 from typing import Any, NoReturn
 
+from shoal._internal.jsoncodec import dumps as _json_dumps  # a job may monkeypatch json
+from shoal._internal.jsoncodec import loads as _json_loads
 from shoal.jobs._child import become_job_process, limit_memory, replace_environ
 
 __all__ = ["serve"]

@@ -256,14 +256,22 @@ class TrainingAttempt:
         key = self.cfg.get("source_key")
         if not key:
             return
+        from shoal._internal.archives import extract_tar
+
         archive = self.workdir / "sourcedir.tar.gz"
         try:
             self._artifacts.get_file(key, archive)
-            with tarfile.open(archive) as tar:
-                tar.extractall(self.workdir / "code", filter="data")
-        except (ShoalError, OSError, tarfile.TarError) as e:
+        except (ShoalError, OSError) as e:
+            archive.unlink(missing_ok=True)
             raise PrepareError(FailureKind.INTERNAL,
-                               f"cannot unpack the job's source {key}: {e}") from e
+                               f"cannot fetch the job's source {key}: {e}") from e
+        try:
+            # Caps on size and file count (SHOAL_MAX_EXTRACT_*), checked while extracting.
+            extract_tar(archive, self.workdir / "code",
+                        label=f"the job's source {key} (source_dir)")
+        except ShoalError as e:
+            raise PrepareError(FailureKind.ENVIRONMENT, f"cannot unpack the job's source: {e}"
+                               ) from e
         finally:
             archive.unlink(missing_ok=True)
 

@@ -380,7 +380,8 @@ class JobService:
         name = record.name
         if record.status == JobStatus.COMPLETED:
             return deserialize(self.get_payload(name, "results"),
-                               self.metadata.get_job_secret(name), what=f"result of job {name}")
+                               self.metadata.get_job_secret(name), what=f"result of job {name}",
+                               reader="client")
         if record.status == JobStatus.STOPPED:
             raise JobCancelledError(f"job {name} was stopped before it finished", job=name)
         if not record.is_terminal:
@@ -400,7 +401,7 @@ class JobService:
         try:
             info = deserialize(self.get_payload(record.name, "exception"),
                                self.metadata.get_job_secret(record.name),
-                               what=f"exception of job {record.name}")
+                               what=f"exception of job {record.name}", reader="client")
         except ArtifactNotFound:
             raise failure from None
         exc = info.get("exception")

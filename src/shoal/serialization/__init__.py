@@ -12,12 +12,12 @@ import hmac
 import pickle
 import sys
 from dataclasses import dataclass
-
-# Bound at import: user code may monkeypatch json, and must not corrupt our envelopes.
-from json import dumps as _json_dumps
-from json import loads as _json_loads
 from typing import Any
 
+# A private copy of the json codec, made at import: a job's code may replace json.JSONEncoder,
+# json.dumps or their methods, and must not corrupt the envelopes written after it returns.
+from shoal._internal.jsoncodec import dumps as _json_dumps
+from shoal._internal.jsoncodec import loads as _json_loads
 from shoal.errors import (
     PayloadIntegrityError,
     PayloadVersionError,
@@ -152,12 +152,21 @@ def _dumps(obj: object) -> bytes:
     return buf.getvalue()
 
 
-def deserialize(payload: Payload, key: str, *, what: str) -> Any:
-    """Verify and unpickle. Raises before unpickling if anything is off."""
+def deserialize(payload: Payload, key: str, *, what: str, reader: str = "job") -> Any:
+    """Verify and unpickle. Raises before unpickling if anything is off. *reader* is who
+    unpickles: ``"job"`` (a function and its arguments) or ``"client"`` (a result, an
+    exception), so that a module that cannot be imported is blamed on the right side."""
     try:
         meta = payload.meta
+        if not isinstance(meta, dict):
+            raise TypeError(f"a JSON {type(meta).__name__}, not an object")
     except (ValueError, TypeError) as e:
-        raise PayloadIntegrityError(f"the {what} metadata is not valid JSON: {e}", what=what) from e
+        # Unreadable is not tampered with: the HMAC (below) is what says a payload changed.
+        raise SerializationError(
+            f"the metadata (metadata.json) of the {what} is unreadable, not a JSON object "
+            f"({type(e).__name__}: {e}): it was cut short or damaged where it is stored, so the "
+            f"payload was not unpickled. Run the job again; if it recurs, check the artifact "
+            f"store's disk", what=what, unreadable=True) from e
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise PayloadVersionError(
@@ -186,11 +195,57 @@ def deserialize(payload: Payload, key: str, *, what: str) -> Any:
         return cloudpickle.loads(payload.data)
     except Exception as e:
         missing = getattr(e, "name", None) if isinstance(e, ImportError) else None
-        hint = (f" Module {missing!r} is not importable in the job's environment: add it to "
-                "dependencies, or ship it with include_local_workdir=True."
+        hint = (_client_hint(payload.data, missing, e) if reader == "client"
+                else f" Module {missing!r} is not importable in the job's environment: add it "
+                     "to dependencies, or ship it with include_local_workdir=True."
                 if missing else "")
         raise SerializationError(f"cannot unpickle the {what}: {type(e).__name__}: {e}.{hint}",
-                                 what=what, module=missing) from e
+                                 what=what, module=missing, reader=reader) from e
+
+
+def _client_hint(data: bytes, missing: str | None, error: Exception) -> str:
+    """Why this client cannot unpickle what a job sent back, and what to do."""
+    needed = _globals_in(data)
+    if missing:
+        names = [f"{m}.{n}" for m, n in needed if m == missing or m.startswith(missing + ".")]
+        what = f"module {missing!r}" + (f" (for {', '.join(names[:3])})" if names else "")
+    elif isinstance(error, AttributeError) and needed:
+        module = next((m for m, n in needed if f"'{n.split('.')[0]}'" in str(error)), None)
+        what = (f"{module}.{next(n for m, n in needed if m == module)}" if module
+                else "a class or function the job returned")
+    else:
+        return ""
+    return (f" This client (the process reading the result, not the job) cannot import {what},"
+            " which the job's code used for what it returned. Install or import it in the "
+            "client's environment (the module the job imported, at the same version), or have "
+            "the job return plain types (dict, list, str, numbers, numpy arrays).")
+
+
+def _globals_in(data: bytes) -> list[tuple[str, str]]:
+    """The (module, name) pairs a pickle imports, in order (best effort: [] if unreadable)."""
+    import pickletools
+
+    found: list[tuple[str, str]] = []
+    strings: list[Any] = []
+    memo: dict[int, Any] = {}
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
+                strings.append(arg)
+            elif op.name == "MEMOIZE" and strings:
+                memo[len(memo)] = strings[-1]
+            elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+                strings.append(memo.get(int(arg)))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append((str(strings[-2]), str(strings[-1])))
+            elif op.name == "GLOBAL":
+                module, _, name = str(arg).partition(" ")
+                found.append((module, name))
+            elif op.name not in ("FRAME", "PROTO"):
+                strings.append(None)  # anything else on the stack breaks a (module, name) pair
+    except Exception:  # noqa: BLE001 - a truncated or odd pickle: no names, no hint
+        return found
+    return found
 
 
 def _find_unpicklable(obj: object) -> str | None:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal.errors import ModelLoadError
+from shoal.errors import ModelLoadError, ShoalError
 
 __all__ = ["ResolvedModel", "resolve_model"]
 
@@ -79,32 +78,22 @@ def _private_dir() -> Path:
 
 
 def _extract(archive: Path, target: Path) -> Path:
+    import tarfile
+
+    from shoal._internal.archives import extract_tar
+
     if not tarfile.is_tarfile(archive):
         raise ModelLoadError(f"{archive} is neither a directory nor a tar archive (model.tar.gz)",
                              path=str(archive))
-    target.mkdir(parents=True)
     try:
-        with tarfile.open(archive) as tar:
-            if hasattr(tarfile, "data_filter"):
-                # "data" refuses absolute paths, "..", links out of the tree, device files.
-                tar.extractall(target, filter="data")
-            else:  # Python < 3.11.4
-                tar.extractall(target, members=_safe_members(tar, target))
-    except (tarfile.TarError, OSError) as e:
-        raise ModelLoadError(f"cannot extract {archive}: {e}", path=str(archive)) from e
+        # Caps on size and file count, checked while extracting; no absolute paths, "..",
+        # links out of the tree or device files; nothing left behind on failure.
+        # The caps: SHOAL_MAX_EXTRACT_BYTES / _FILES (the server runs without Settings).
+        extract_tar(archive, target)
+    except ShoalError as e:
+        raise ModelLoadError(f"cannot extract the model: {e}",
+                             **{**e.details, "path": str(archive)}) from e
     entries = list(target.iterdir())
     if len(entries) == 1 and entries[0].is_dir() and entries[0].name != "code":
         return entries[0]  # an archive of one top-level directory
     return target
-
-
-def _safe_members(tar: tarfile.TarFile, target: Path) -> list[tarfile.TarInfo]:
-    root = target.resolve()
-    for member in tar.getmembers():
-        dest = (root / member.name).resolve()
-        bad_link = (member.issym() or member.islnk()) and not (
-            dest.parent / member.linkname).resolve().is_relative_to(root)
-        if not dest.is_relative_to(root) or bad_link or member.isdev():
-            raise ModelLoadError(f"the archive member {member.name!r} would land outside the "
-                                 f"model directory; refusing to extract", member=member.name)
-    return tar.getmembers()

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from shoal.core.clock import Clock, SystemClock
 from shoal.core.jobs import (
@@ -41,6 +41,7 @@ from shoal.errors import (
     MetadataStoreError,
     SchemaOutOfDateError,
 )
+from shoal.storage.sql import _diagnose
 from shoal.storage.sql._endpoints import EndpointTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
@@ -73,8 +74,8 @@ def _make_engine(url: str) -> Engine:
                                  "postgresql+psycopg://USER@HOST/DB", url=url) from e
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
-        if db and db != ":memory:":
-            Path(db).parent.mkdir(parents=True, exist_ok=True)
+        if db and db != ":memory:" and not db.startswith("file:"):
+            _diagnose.make_parent(Path(db))
         # Each thread keeps one connection (see _Dbapi); no overflow limit, so an executor with
         # many threads never waits on the pool.
         engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
@@ -108,6 +109,7 @@ def upgrade_schema(url: str) -> str:
     from alembic.config import Config
     from alembic.util import CommandError
 
+    _diagnose.refuse_newer(_current_revision(url), redact_url(url), _MIGRATIONS, SCHEMA_REVISION)
     engine = _make_engine(url)
     try:
         with engine.connect().execution_options(shoal_write=True) as conn:
@@ -116,8 +118,8 @@ def upgrade_schema(url: str) -> str:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             conn.commit()
-    except (SQLAlchemyError, CommandError) as e:  # CommandError: a revision we do not know
-        raise MetadataStoreError(f"cannot upgrade {redact_url(url)}: {e}", url=redact_url(url)) from e
+    except (SQLAlchemyError, CommandError) as e:
+        raise _diagnose.explain(e, url, redact_url(url), doing="upgrade") from e
     finally:
         engine.dispose()
     return SCHEMA_REVISION
@@ -146,6 +148,7 @@ class SqlMetadataStore(RunTables, EndpointTables):
                 if _current_revision(url) is None:
                     upgrade_schema(url)
                 revision = _current_revision(url)
+        _diagnose.refuse_newer(revision, redact_url(url), _MIGRATIONS, SCHEMA_REVISION)
         if revision != SCHEMA_REVISION:
             shown = redact_url(url)
             have = "has no shoal schema" if revision is None else f"is at revision {revision}"
@@ -473,7 +476,7 @@ class _Dbapi:
 
     def __init__(self, engine: Engine, shown_url: str) -> None:
         self._engine = engine
-        self._shown = shown_url
+        self._shown, self._url = shown_url, str(engine.url)
         self._local = threading.local()
         self._sql: dict[str, str] = {}
         self.postgres = engine.dialect.name == "postgresql"
@@ -513,8 +516,7 @@ class _Dbapi:
             conn = self._conn()
             cur = conn.cursor()
         except (SQLAlchemyError, self._error) as e:  # type: ignore[misc]
-            raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
-                                     url=self._shown) from e
+            raise _diagnose.explain(e, self._url, self._shown, doing="open") from e
         try:
             if not self.postgres:
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -527,8 +529,8 @@ class _Dbapi:
                 with contextlib.suppress(Exception):
                     conn.invalidate()  # a broken connection is not reused
                 self._local.held = None
-                raise MetadataStoreError(f"metadata store {self._shown} failed: {e}",
-                                         url=self._shown) from e
+                raise _diagnose.explain(e, self._url, self._shown,
+                                        doing="write to" if write else "read") from e
             raise
         finally:
             with contextlib.suppress(Exception):
@@ -592,11 +594,8 @@ def _current_revision(url: str) -> str | None:
             if not sa.inspect(conn).has_table("alembic_version"):
                 return None
             return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
-    except OperationalError as e:
-        raise MetadataStoreError(
-            f"cannot open metadata database {redact_url(url)}: {e.orig}. Check that the "
-            "server runs and the database exists (createdb), then run "
-            f"'shoal db upgrade {redact_url(url)}'.", url=redact_url(url)) from e
+    except sa.exc.DBAPIError as e:  # SQLite's kinds each get their cause and remedy
+        raise _diagnose.explain(e, url, redact_url(url), doing="open") from e
     finally:
         engine.dispose()
 
