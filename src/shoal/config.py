@@ -94,6 +94,9 @@ def _settings_class() -> type[Any]:
         #: extracting, so a decompression bomb stops at the cap and leaves nothing behind.
         max_extract_bytes: int = Field(default=DEFAULT_MAX_EXTRACT_BYTES, ge=1)
         max_extract_files: int = Field(default=DEFAULT_MAX_EXTRACT_FILES, ge=1)
+        #: How often a running job's checkpoints (an estimator's ``checkpoint_s3_uri``, a
+        #: ``@remote`` function's ``CheckpointLocation``) are synced to their URI.
+        checkpoint_sync_seconds: float = Field(default=5.0, gt=0)
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
         _explicit: frozenset[str] = PrivateAttr(default=frozenset())

@@ -201,6 +201,7 @@ class Session:
         env["SHOAL_JOB_PROCESS"] = self.settings.job_process
         env["SHOAL_MAX_EXTRACT_BYTES"] = str(self.settings.max_extract_bytes)
         env["SHOAL_MAX_EXTRACT_FILES"] = str(self.settings.max_extract_files)
+        env["SHOAL_CHECKPOINT_SYNC_SECONDS"] = str(self.settings.checkpoint_sync_seconds)
         return env
 
     @property
@@ -419,7 +420,8 @@ def _supervisor(session: Session, *, warm: bool) -> Any:
                       fork=session.settings.job_process == "fork",
                       envs=session.env_builder, warm=warm,
                       run_dir=session.home / "run",
-                      zygote_idle_seconds=session.settings.zygote_idle_seconds)
+                      zygote_idle_seconds=session.settings.zygote_idle_seconds,
+                      checkpoint_sync_seconds=session.settings.checkpoint_sync_seconds)
 
 
 def supervisor_main(job: str, *batch: str) -> int:

@@ -26,7 +26,7 @@ import socket
 import sys
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,17 @@ from shoal.jobs._process import ExecProcess, JobProcess
 from shoal.jobs.logsink import LogSink
 from shoal.storage.artifacts import FsspecArtifactStore, job_key
 
-__all__ = ["TRAINING", "RankSetup", "TrainingAttempt", "hyperparameter_args", "ranks_of"]
+__all__ = ["CHECKPOINT_SYNC_SECONDS", "TRAINING", "CheckpointTap", "RankSetup", "TrainingAttempt",
+           "hyperparameter_args", "ranks_of"]
 
 #: ``spec.extra`` key of a script job's training settings.
 TRAINING = "training"
+#: ``spec.extra`` key of a function job's ``CheckpointLocation`` URI.
+CHECKPOINT_URI = "checkpoint_s3_uri"
 
-_CHECKPOINT_SYNC_S = 5.0
+#: How often a running job's checkpoint directory is synced to its URI, by default (the
+#: ``checkpoint_sync_seconds`` setting, ``SHOAL_CHECKPOINT_SYNC_SECONDS``).
+CHECKPOINT_SYNC_SECONDS = 5.0
 _METRIC_FLUSH_S = 1.0
 _OPT_ML = "/opt/ml"
 #: A placed job's supervisor variables, which its ranks have no use for.
@@ -140,12 +145,18 @@ class _MetricTap:
 class _Checkpoints:
     """A local directory kept in step with a URI: restored first, then uploaded as it changes."""
 
-    def __init__(self, local: Path, uri: str) -> None:
+    def __init__(self, local: Path, uri: str,
+                 interval: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self.local = local
         self.uri = uri
+        self.interval = interval
         self._store: FsspecArtifactStore | None = None
         self._seen: dict[str, tuple[int, int]] = {}
         self.last_sync = time.monotonic()
+
+    def due(self) -> float:
+        """When the next sync is due (``time.monotonic()``)."""
+        return self.last_sync + self.interval
 
     @property
     def store(self) -> FsspecArtifactStore:
@@ -191,12 +202,64 @@ class _Checkpoints:
             sent += 1
         return sent
 
+    def restore_for_job(self, log: Callable[[str], None]) -> None:
+        """Restore before the job starts; PrepareError (an environment failure) if the URI
+        cannot be read."""
+        try:
+            restored = self.restore()
+        except (ShoalError, OSError) as e:
+            raise PrepareError(FailureKind.ENVIRONMENT,
+                               f"cannot restore checkpoints from {self.uri}: {e}") from e
+        if restored:
+            log(f"restored {restored} checkpoint file(s) from {self.uri} into {self.local}")
+
+    def sync_for_job(self, log: Callable[[str], None]) -> None:
+        """Sync while the job runs or after it ended: a failure goes to the job's log and the
+        job carries on (the next sync tries again)."""
+        try:
+            self.sync()
+        except (ShoalError, OSError) as e:
+            log(f"could not sync checkpoints to {self.uri}: {e}")
+
+
+class CheckpointTap:
+    """The checkpoints of a function job that took a ``CheckpointLocation``, kept by its
+    supervisor as a script job's are: restored into ``checkpoints/`` of the attempt's directory
+    before the function starts, synced every ``interval`` seconds while it runs and once more
+    when it has ended, whatever the outcome (completed, failed, stopped, timed out)."""
+
+    def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *,
+                 interval: float = CHECKPOINT_SYNC_SECONDS) -> None:
+        self.sink = sink
+        self.checkpoints = _Checkpoints(workdir / "checkpoints",
+                                        str(record.spec.extra[CHECKPOINT_URI]), interval)
+
+    def _log(self, msg: str) -> None:
+        self.sink.write(f"[shoal] {msg}\n".encode())
+
+    def setup(self) -> None:
+        self.checkpoints.restore_for_job(self._log)
+
+    def on_output(self, data: bytes) -> None:
+        pass
+
+    def next_tick(self, now: float) -> float:
+        return self.checkpoints.due()
+
+    def tick(self, now: float) -> None:
+        if now >= self.checkpoints.due():
+            self.checkpoints.sync_for_job(self._log)
+
+    def close(self) -> None:
+        self.checkpoints.sync_for_job(self._log)
+
 
 class TrainingAttempt:
     """One attempt of a script job (or a multi-rank function job) under a supervisor."""
 
     def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *, artifacts: Any,
-                 metadata: Any, cores: int, attempt: int = 1) -> None:
+                 metadata: Any, cores: int, attempt: int = 1,
+                 checkpoint_sync_seconds: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self.record = record
         self.attempt = attempt
         self.spec = record.spec
@@ -216,6 +279,7 @@ class TrainingAttempt:
                 self.cfg.get("metric_definitions") or ()]
         self.metrics = _MetricTap(defs, tuple(owners), metadata)
         self.checkpoints: _Checkpoints | None = None
+        self._sync_seconds = checkpoint_sync_seconds
         #: The supervisor's environment, for the launchers of a placed job's other hosts.
         self.supervisor_env: Mapping[str, str] | None = None
 
@@ -238,16 +302,10 @@ class TrainingAttempt:
                 self._stage_channel(name, channel)
         self._write_config()
         local = self.path(self.cfg.get("checkpoint_local_path") or f"{_OPT_ML}/checkpoints")
-        uri = self.cfg.get("checkpoint_uri") or self._artifacts.uri(
-            job_key(self.record.name, "checkpoints"))
-        self.checkpoints = _Checkpoints(local, uri)
-        try:
-            restored = self.checkpoints.restore()
-        except (ShoalError, OSError) as e:
-            raise PrepareError(FailureKind.ENVIRONMENT,
-                               f"cannot restore checkpoints from {uri}: {e}") from e
-        if restored:
-            self._log(f"restored {restored} checkpoint file(s) from {uri} into {local}")
+        uri = (self.cfg.get("checkpoint_uri") or self.spec.extra.get(CHECKPOINT_URI)
+               or self._artifacts.uri(job_key(self.record.name, "checkpoints")))
+        self.checkpoints = _Checkpoints(local, uri, self._sync_seconds)
+        self.checkpoints.restore_for_job(self._log)
 
     def _log(self, msg: str) -> None:
         self.sink.write(f"[shoal] {msg}\n".encode())
@@ -502,13 +560,13 @@ class TrainingAttempt:
         if self.metrics.pending:
             due = min(due, self.metrics.last_flush + _METRIC_FLUSH_S)
         if self.checkpoints is not None:
-            due = min(due, self.checkpoints.last_sync + _CHECKPOINT_SYNC_S)
+            due = min(due, self.checkpoints.due())
         return due
 
     def tick(self, now: float) -> None:
         if self.metrics.pending and now >= self.metrics.last_flush + _METRIC_FLUSH_S:
             self._flush_metrics()
-        if self.checkpoints is not None and now >= self.checkpoints.last_sync + _CHECKPOINT_SYNC_S:
+        if self.checkpoints is not None and now >= self.checkpoints.due():
             self._sync_checkpoints()
 
     def _flush_metrics(self, final: bool = False) -> None:
@@ -518,12 +576,8 @@ class TrainingAttempt:
             self._log(f"could not store metrics: {e}")
 
     def _sync_checkpoints(self) -> None:
-        if self.checkpoints is None:
-            return
-        try:
-            self.checkpoints.sync()
-        except (ShoalError, OSError) as e:
-            self._log(f"could not sync checkpoints to {self.checkpoints.uri}: {e}")
+        if self.checkpoints is not None:
+            self.checkpoints.sync_for_job(self._log)
 
     # --- the end ------------------------------------------------------------------------
 

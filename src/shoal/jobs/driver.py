@@ -36,7 +36,13 @@ from shoal.jobs._process import (
     ensure_zygote,
     killpg,
 )
-from shoal.jobs._training import TrainingAttempt, ranks_of
+from shoal.jobs._training import (
+    CHECKPOINT_SYNC_SECONDS,
+    CHECKPOINT_URI,
+    CheckpointTap,
+    TrainingAttempt,
+    ranks_of,
+)
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
@@ -61,7 +67,8 @@ class Supervisor:
     def __init__(self, service: JobService, *, work_root: Path, slots: SlotPool,
                  python: str | None = None, cpu_count: int | None = None,
                  fork: bool = True, envs: Any = None, warm: bool = False,
-                 run_dir: Path | None = None, zygote_idle_seconds: float = 300.0) -> None:
+                 run_dir: Path | None = None, zygote_idle_seconds: float = 300.0,
+                 checkpoint_sync_seconds: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self._svc = service
         self._work_root = Path(work_root)
         self._slots = slots
@@ -76,6 +83,7 @@ class Supervisor:
         self._run_dir = run_dir
         self._executor: WarmExecutor | None = None
         self._zygote_idle = zygote_idle_seconds
+        self._checkpoint_sync = checkpoint_sync_seconds
         # Fork the job from this clean, single-threaded process when it runs on our own
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
@@ -83,7 +91,8 @@ class Supervisor:
                                   fork=self._fork)
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
-        self._tap: TrainingAttempt | None = None  # sees the output of a script job as it streams
+        # Sees the output of a script job as it streams; syncs a job's checkpoints meanwhile.
+        self._tap: TrainingAttempt | CheckpointTap | None = None
         #: called once, just before the next job's end is recorded
         self.before_finish: Callable[[], None] | None = None
 
@@ -205,6 +214,11 @@ class Supervisor:
             self._preparer.pre_execute(record, self._plan, env, workdir, sink,
                                        lambda: self._stop)
             training = self._training_for(record, workdir, sink, attempt)
+            tap = training or self._checkpoint_tap(record, workdir, sink)
+            if spec.extra.get(CHECKPOINT_URI) and tap is not None and tap.checkpoints:
+                # The function's CheckpointLocation is this directory (remote_function).
+                env.update(SHOAL_CHECKPOINT_DIR=str(tap.checkpoints.local),
+                           SHOAL_CHECKPOINT_URI=tap.checkpoints.uri)
         except PrepareError as e:
             return Outcome(JobStatus.FAILED, e.kind, e.reason)
         setup = time.monotonic() - t0
@@ -240,13 +254,13 @@ class Supervisor:
             # A stop was asked for while the job started: its SIGTERM reaches _watch, which
             # stops the process and records the job stopped.
             self._stop = True
-        self._tap = training
+        self._tap = tap
         try:
             rc, stopped, timed_out = self._watch(proc, spec, sink)
         finally:
             self._tap = None
-            if training is not None:
-                training.close()
+            if tap is not None:
+                tap.close()
         if training is not None and rc != 0 and not (stopped or timed_out) and (
                 lost := training.lost_hosts()):
             return Outcome(JobStatus.FAILED, FailureKind.SUPERVISOR_LOST,
@@ -264,10 +278,20 @@ class Supervisor:
             return None
         training = TrainingAttempt(record, workdir, sink, artifacts=self._svc.artifacts,
                                    metadata=self._svc.metadata, cores=self._cores,
-                                   attempt=attempt)
+                                   attempt=attempt,
+                                   checkpoint_sync_seconds=self._checkpoint_sync)
         training.supervisor_env = dict(os.environ)
         training.setup()
         return training
+
+    def _checkpoint_tap(self, record: JobRecord, workdir: Path, sink: LogSink
+                        ) -> CheckpointTap | None:
+        """A function job that took a CheckpointLocation: its checkpoints, synced from here."""
+        if not record.spec.extra.get(CHECKPOINT_URI):
+            return None
+        tap = CheckpointTap(record, workdir, sink, interval=self._checkpoint_sync)
+        tap.setup()
+        return tap
 
     def _conclude_script(self, training: TrainingAttempt, rc: int, stopped: bool,
                          timed_out: bool, sink: LogSink) -> Outcome:

@@ -2,10 +2,16 @@
 
 As on SageMaker, pass ``CheckpointLocation(uri)`` as an argument of a ``@remote`` function and
 use it as a path (``os.PathLike``). In the job it is a local directory that starts with
-whatever is stored under *uri* (so a retried or resumed job finds its last checkpoints) and
-whose files are uploaded to *uri* when the function returns or raises. *uri* is any fsspec
-URL (``s3://``, ``file://``, ``gs://``...). Called outside a job (plain Python), a local
-*uri* is itself the directory.
+whatever is stored under *uri* (so a retried or resumed job finds its last checkpoints). The
+job's supervisor keeps it, as it keeps an estimator's checkpoints (``jobs._training.
+CheckpointTap``): restored before the function starts, synced to *uri* every
+``checkpoint_sync_seconds`` while it runs and once more when it has ended, whatever the
+outcome, so a job that is stopped or times out keeps what it wrote. The supervisor names the
+directory in ``SHOAL_CHECKPOINT_DIR``/``SHOAL_CHECKPOINT_URI``. A location the call's
+arguments do not show directly (one inside a list or an object) is restored and uploaded by
+the job itself, when the function returns or raises. *uri* is any fsspec URL (``s3://``,
+``file://``, ``gs://``...). Called outside a job (plain Python), a local *uri* is itself the
+directory.
 """
 
 from __future__ import annotations
@@ -72,13 +78,19 @@ def _local_dir(uri: str) -> Path | None:
 
 
 def _restore(uri: str) -> CheckpointLocation:
-    """Unpickling: inside a job, the local directory is made and filled from *uri* now, and
+    """Unpickling: inside a job, the directory the supervisor restored and syncs; else (a
+    location the supervisor was not told of) a directory made and filled from *uri* now, and
     uploaded to it when the function has ended."""
     location = CheckpointLocation(uri)
     from shoal.config import job_name
 
     name = job_name()
     if name is None:
+        return location
+    kept = os.environ.get("SHOAL_CHECKPOINT_DIR")
+    if kept and os.environ.get("SHOAL_CHECKPOINT_URI") == location.s3_uri:
+        location._local = Path(kept)
+        location._local.mkdir(parents=True, exist_ok=True)
         return location
     from shoal.jobs._training import _Checkpoints
 

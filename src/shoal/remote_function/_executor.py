@@ -308,6 +308,7 @@ def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
             and not spec.extra.get("distribution")
             and not spec.pre_execution_commands and not spec.pre_execution_script
             and spec.max_retry_attempts <= 1
+            and not spec.extra.get("checkpoint_s3_uri")  # its supervisor syncs them
             and (getattr(settings, "backend", "local") == "local" or is_ray(settings))
             and getattr(settings, "job_process", "fork") == "fork")
 
