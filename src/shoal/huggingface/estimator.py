@@ -1,7 +1,7 @@
-"""SageMaker path: sagemaker.huggingface.estimator — re-exports shoal.training.HuggingFace."""
+"""SageMaker path: sagemaker.huggingface.estimator — re-exports shoal.huggingface.HuggingFace."""
 
 from __future__ import annotations
 
-from shoal.training import HuggingFace
+from shoal.huggingface._estimator import HuggingFace
 
 __all__ = ["HuggingFace"]

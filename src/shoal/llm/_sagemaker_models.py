@@ -61,12 +61,12 @@ def _stage_properties(properties: Mapping[str, str], session: Any) -> str:
 
 
 def _model_id(value: str) -> str:
-    """A local directory as an absolute path; URLs and hub ids as given (a hub id must be in
+    """A local directory or ``model.tar.gz`` as an absolute path; URLs and hub ids as given (a hub id must be in
     the local cache)."""
     if "://" in value:
         return value
     local = Path(value).expanduser()
-    if local.is_dir():
+    if local.is_dir() or local.is_file():  # a model directory or its model.tar.gz
         return str(local.resolve())
     from shoal.llm.serving._properties import _from_hub_cache, _looks_like_hub_id
 
@@ -78,7 +78,8 @@ def _model_id(value: str) -> str:
             f"model id {value!r} is neither a local directory nor in {where}; there is no "
             "network here to download it: fetch it where there is (huggingface-cli download "
             f"{value}) into this cache, or give the model's directory", model_id=value)
-    raise InvalidArgumentError(f"model id {value!r} is not a directory (looked for "
+    raise InvalidArgumentError(f"model id {value!r} is not a directory or model.tar.gz "
+                               f"(looked for "
                                f"{local.resolve()}), a URL or a hub id", model_id=value)
 
 

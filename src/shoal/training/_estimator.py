@@ -33,6 +33,7 @@ from shoal.training._framework_env import (
     requirement_bounds,
 )
 from shoal.training._inputs import resolve_channels
+from shoal.training._models import FrameworkModelMaker
 
 __all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingJob"]
 
@@ -545,21 +546,33 @@ class Framework(Estimator):
         return lines, build
 
 
-class PyTorch(Framework):
-    """``sagemaker.pytorch.PyTorch``: the job's environment has ``torch==framework_version``."""
+class PyTorch(FrameworkModelMaker, Framework):
+    """``sagemaker.pytorch.PyTorch``: the job's environment has ``torch==framework_version``;
+    ``create_model()`` returns a ``PyTorchModel``."""
 
     _dist = "torch"
     _framework_name = "pytorch"
+
+    def _model_class(self) -> type[Any]:
+        from shoal.endpoints._framework_models import PyTorchModel
+
+        return PyTorchModel
 
     def _framework_module(self) -> str:
         return "sagemaker_pytorch_container.training:main"
 
 
-class SKLearn(Framework):
-    """``sagemaker.sklearn.SKLearn``; ``framework_version`` "1.2-1" pins scikit-learn 1.2.*."""
+class SKLearn(FrameworkModelMaker, Framework):
+    """``sagemaker.sklearn.SKLearn``; ``framework_version`` "1.2-1" pins scikit-learn 1.2.*;
+    ``create_model()`` returns an ``SKLearnModel``."""
 
     _dist = "scikit-learn"
     _framework_name = "sklearn"
+
+    def _model_class(self) -> type[Any]:
+        from shoal.endpoints._framework_models import SKLearnModel
+
+        return SKLearnModel
 
     def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
                  py_version: str | None = "py3", source_dir: str | None = None,

@@ -263,7 +263,7 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
 
     Looks, in order: beside ``serving.properties`` (no model id, or DJL's ``/opt/ml/model``
     when that does not exist here); a local path (relative to ``serving.properties``); an
-    fsspec URI (fetched); a hub id in the local Hugging Face cache (offline). Raises
+    fsspec URI (fetched); a local ``model.tar.gz`` (extracted); a hub id in the local Hugging Face cache (offline). Raises
     ``ModelLoadError`` listing every place it looked.
     """
     model_id = options.model_id
@@ -284,6 +284,11 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
     local = local if local.is_absolute() else base / local
     if local.is_dir():
         return LocatedModel(local.resolve())
+    if local.is_file():  # a model.tar.gz (SageMaker's model_data): extracted
+        from shoal.serving._artifact import resolve_model
+
+        resolved = resolve_model(local)
+        return LocatedModel(resolved.path, resolved.temp_dir)
     looked = [f"the directory {local}"]
     if _looks_like_hub_id(model_id):
         found, where = _from_hub_cache(model_id)

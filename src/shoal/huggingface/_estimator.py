@@ -1,0 +1,72 @@
+"""``sagemaker.huggingface.HuggingFace``: the training estimator (``shoal.training``'s) whose
+``create_model()`` and ``deploy()`` make a ``HuggingFaceModel``, as in SageMaker.
+
+It lives here, above both ``shoal.training`` and ``shoal.llm`` (the model needs the LLM
+server's model lookup, a layer above training): ``shoal.training.HuggingFace`` trains the
+same way and deploys as a plain ``Model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.llm._sagemaker_models import HuggingFaceModel
+from shoal.training import HuggingFace as _TrainingHuggingFace
+from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
+
+__all__ = ["HuggingFace"]
+
+#: deploy() arguments that are the model's (SageMaker passes them to create_model()).
+_MODEL_ARGS = ("entry_point", "source_dir", "dependencies", "env", "predictor_cls",
+               "model_server_workers", "role", "vpc_config_override", "image_uri")
+
+
+class HuggingFace(_TrainingHuggingFace):
+    """``sagemaker.huggingface.HuggingFace`` (SageMaker's arguments, in its order): trains a
+    transformers script in script mode; ``create_model()``/``deploy()`` serve the trained model
+    as a ``HuggingFaceModel`` (shoal's LLM server for a model directory, the model server when
+    inference code is given)."""
+
+    def create_model(self, model_server_workers: int | None = None, role: str | None = None,
+                     vpc_config_override: Any = VPC_CONFIG_DEFAULT,
+                     entry_point: str | None = None, source_dir: str | None = None,
+                     dependencies: Any = None, **kwargs: Any) -> HuggingFaceModel:
+        """The latest training job's ``model.tar.gz`` as a ``HuggingFaceModel`` (SageMaker's
+        arguments, in its order). As in SageMaker, the training ``entry_point`` is not
+        inference code: give *entry_point* (and *source_dir*) for handlers; without them the
+        model directory is served by the LLM server. *kwargs* go to ``HuggingFaceModel``."""
+        kwargs.setdefault("name", self._require_job().name)
+        if "image_uri" not in kwargs and self.inert.get("image_uri"):
+            kwargs["image_uri"] = self.inert["image_uri"]
+        if entry_point is not None:
+            source_dir = source_dir or (str(self.source_dir) if self.source_dir else None)
+            if source_dir is not None:
+                kwargs["source_dir"] = source_dir
+            kwargs["dependencies"] = dependencies or self.dependencies
+        elif dependencies is not None:
+            kwargs["dependencies"] = dependencies
+        return HuggingFaceModel(
+            role or self.inert.get("role"), model_data=self.model_data,
+            entry_point=entry_point, transformers_version=self.transformers_version,
+            pytorch_version=self.pytorch_version, py_version=self.py_version,
+            model_server_workers=model_server_workers,
+            sagemaker_session=self.sagemaker_session,
+            vpc_config=vpc_config(vpc_config_override), **kwargs)
+
+    def deploy(self, initial_instance_count: int | None = None,
+               instance_type: str | None = None, serializer: Any = None,
+               deserializer: Any = None, endpoint_name: str | None = None,
+               wait: bool = True, **kwargs: Any) -> Any:
+        """Serve the latest training job's model as ``create_model()`` makes it (as SageMaker's
+        ``deploy`` does); the model's arguments (``entry_point``, ``env``,
+        ``model_server_workers``, ``model_name``...) go to ``create_model``, the rest to
+        ``HuggingFaceModel.deploy``."""
+        model_args = {k: kwargs.pop(k) for k in _MODEL_ARGS if k in kwargs}
+        name = kwargs.pop("model_name", None)
+        if name is not None:
+            model_args["name"] = name
+        kwargs.pop("use_compiled_model", None)
+        model = self.create_model(**model_args)
+        return model.deploy(initial_instance_count, instance_type, serializer, deserializer,
+                            endpoint_name=endpoint_name or self._require_job().name,
+                            wait=wait, **kwargs)
