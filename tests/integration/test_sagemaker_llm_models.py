@@ -142,6 +142,7 @@ def test_hugging_face_estimator_deploys_a_hugging_face_model(session, tmp_path):
     assert isinstance(model, HuggingFaceModel)
     assert model.name == huggingface_estimator.latest_training_job.name
     assert model.entry_point is None  # the training script is not inference code
+    assert model.transformers_version == huggingface_estimator.framework_version
 
     trained = tmp_path / "trained"
     with tarfile.open(_local(huggingface_estimator.model_data)) as tar:

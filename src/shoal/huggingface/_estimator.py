@@ -47,7 +47,7 @@ class HuggingFace(_TrainingHuggingFace):
             kwargs["dependencies"] = dependencies
         return HuggingFaceModel(
             role or self.inert.get("role"), model_data=self.model_data,
-            entry_point=entry_point, transformers_version=self.transformers_version,
+            entry_point=entry_point, transformers_version=self.framework_version,
             pytorch_version=self.pytorch_version, py_version=self.py_version,
             model_server_workers=model_server_workers,
             sagemaker_session=self.sagemaker_session,
