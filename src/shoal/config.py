@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "default_admin_config_path",
     "default_user_config_path",
+    "default_user_secret_path",
     "djl_environ",
     "job_name",
     "aws_region",
@@ -99,6 +100,9 @@ def _settings_class() -> type[Any]:
         checkpoint_sync_seconds: float = Field(default=5.0, gt=0)
         admin_config_override: Path | None = None
         user_config_override: Path | None = None
+        #: The user's secret, from which every job's keys derive (kept outside the stores;
+        #: default ``$XDG_CONFIG_HOME/shoal/user-secret``).
+        user_secret_file: Path | None = None
         _explicit: frozenset[str] = PrivateAttr(default=frozenset())
 
         def resolved_metadata_url(self) -> str:
@@ -118,6 +122,9 @@ def _settings_class() -> type[Any]:
             ``SAGEMAKER_USER_CONFIG_OVERRIDE``, else the default user file."""
             return self.user_config_override or _sagemaker_override(
                 "SAGEMAKER_USER_CONFIG_OVERRIDE") or default_user_config_path()
+
+        def user_secret_path(self) -> Path:
+            return self.user_secret_file or default_user_secret_path()
 
         def sources(self) -> dict[str, str]:
             """Where each setting came from: ``argument``, ``env SHOAL_X`` or ``default``."""
@@ -214,6 +221,11 @@ def default_admin_config_path() -> Path:
 def default_user_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "shoal" / "config.yaml"
+
+
+def default_user_secret_path() -> Path:
+    """The user's secret file: ``$XDG_CONFIG_HOME/shoal/user-secret`` (``~/.config/...``)."""
+    return default_user_config_path().with_name("user-secret")
 
 
 # --- SageMaker-schema defaults ------------------------------------------------------------

@@ -176,12 +176,14 @@ class Session:
         """The JobService of this session."""
         with self._lock:
             if self._jobs is None:
+                from shoal.jobs.keys import UserKeys
                 from shoal.jobs.service import JobService
 
                 self._jobs = JobService(self.metadata, self.artifacts, self.backend,
                                         supervisor_entrypoint=_SUPERVISOR_ENTRY,
                                         supervisor_prepare=_SUPERVISOR_PREPARE,
-                                        supervisor_env=self.supervisor_env())
+                                        supervisor_env=self.supervisor_env(),
+                                        keys=UserKeys(self.settings.user_secret_path()))
             return self._jobs
 
     @property
@@ -415,6 +417,8 @@ def _supervisor(session: Session, *, warm: bool) -> Any:
     from shoal.jobs.driver import Supervisor
     from shoal.jobs.slots import SlotPool
 
+    # A supervisor derives no keys: it knows only the secrets of the jobs handed to it.
+    session.jobs.hand_over({})
     return Supervisor(session.jobs, work_root=session.home / "work",
                       slots=SlotPool(session.home / "slots", session.max_slots),
                       fork=session.settings.job_process == "fork",

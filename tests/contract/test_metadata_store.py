@@ -53,7 +53,7 @@ class Ctx:
 
     def create(self, suffix: str = "", **spec: object) -> JobName:
         name = self.name(suffix)
-        self.store.create_job(JobSpec(name=name, **spec), secret=f"secret-{name}",  # type: ignore[arg-type]
+        self.store.create_job(JobSpec(name=name, **spec), key_salt=f"salt-{name}",  # type: ignore[arg-type]
                               backend="local")
         return name
 
@@ -92,7 +92,7 @@ def test_create_get_find(ctx: Ctx) -> None:
     spec = JobSpec(name=name, function_name="mod:f", instance_type="ml.m5.large", cpus=2.0,
                    environment_variables={"A": "1"}, tags=(("team", "ml"),),
                    inert_settings={"RoleArn": "arn:x"}, python_version="3.11")
-    created = ctx.store.create_job(spec, secret="s3cr3t", backend="local")
+    created = ctx.store.create_job(spec, key_salt="s4lt", backend="local")
     assert created.name == name
     assert created.spec == spec
     assert created.status is S.PENDING
@@ -110,9 +110,9 @@ def test_create_get_find(ctx: Ctx) -> None:
 def test_duplicate_name(ctx: Ctx) -> None:
     name = ctx.create("dup")
     with pytest.raises(AlreadyExistsError) as info:
-        ctx.store.create_job(JobSpec(name=name), secret="x", backend="local")
+        ctx.store.create_job(JobSpec(name=name), key_salt="x", backend="local")
     assert name in str(info.value) and info.value.details["job"] == name
-    assert ctx.store.get_job_secret(name) == f"secret-{name}"
+    assert ctx.store.get_job_key_salt(name) == f"salt-{name}"
 
 
 def test_get_missing(ctx: Ctx) -> None:
@@ -121,17 +121,17 @@ def test_get_missing(ctx: Ctx) -> None:
         ctx.store.get_job(missing)
     assert missing in str(info.value)
     with pytest.raises(JobNotFound):
-        ctx.store.get_job_secret(missing)
+        ctx.store.get_job_key_salt(missing)
     with pytest.raises(JobNotFound):
         ctx.store.update_job(missing, status=S.STARTING)
     with pytest.raises(JobNotFound):
         ctx.store.set_handle(missing, {"pid": 1})
 
 
-def test_get_job_secret(ctx: Ctx) -> None:
+def test_get_job_key_salt(ctx: Ctx) -> None:
     a, b = ctx.create("a"), ctx.create("b")
-    assert ctx.store.get_job_secret(a) == f"secret-{a}"
-    assert ctx.store.get_job_secret(b) == f"secret-{b}"
+    assert ctx.store.get_job_key_salt(a) == f"salt-{a}"
+    assert ctx.store.get_job_key_salt(b) == f"salt-{b}"
 
 
 # --- update_job ---------------------------------------------------------------------------
@@ -375,7 +375,7 @@ _WORKER = textwrap.dedent("""
     try:
         for i in range(count):
             name = JobName(f"{prefix}-{i}")
-            store.create_job(JobSpec(name=name), secret="s", backend="local")
+            store.create_job(JobSpec(name=name), key_salt="s", backend="local")
             store.update_job(name, status=JobStatus.STARTING, expected=JobStatus.PENDING)
     finally:
         store.close()
@@ -479,7 +479,7 @@ def test_reopen_keeps_data(tmp_path: Path) -> None:
     url = _sqlite_url(tmp_path)
     store = SqlMetadataStore.open(url, create=True)
     try:
-        store.create_job(JobSpec(name=JobName("kept")), secret="s", backend="local")
+        store.create_job(JobSpec(name=JobName("kept")), key_salt="s", backend="local")
     finally:
         store.close()
     store = SqlMetadataStore.open(url)

@@ -1,5 +1,5 @@
 """The batch half of the job store contract (many jobs per transaction), on SQLite and on
-PostgreSQL: create_jobs, update_jobs, set_handles, get_job_secrets, list_jobs by names."""
+PostgreSQL: create_jobs, update_jobs, set_handles, list_jobs by names."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Ctx:
     def create(self, n: int, tag: str = "b") -> list[JobName]:
         names = self.names(n, tag)
         self.store.create_jobs([JobSpec(name=n, function_name="m.f") for n in names],
-                               secrets=[f"key-{n}" for n in names], backend="local")
+                               key_salts=[f"salt-{n}" for n in names], backend="local")
         return names
 
 
@@ -64,7 +64,7 @@ def ctx(db_url: str) -> Iterator[Ctx]:
 
 def test_the_store_declares_the_batch_methods(ctx: Ctx) -> None:
     assert isinstance(ctx.store, MetadataStore)
-    for method in ("create_jobs", "update_jobs", "set_handles", "get_job_secrets"):
+    for method in ("create_jobs", "update_jobs", "set_handles", "get_job_key_salt"):
         assert callable(getattr(ctx.store, method))
 
 
@@ -74,14 +74,14 @@ def test_create_jobs_records_each_job_as_create_job_does(ctx: Ctx) -> None:
     names = ctx.names(3)
     specs = [JobSpec(name=n, function_name="m.f", extra={"batch": {"id": "b1", "index": i}})
              for i, n in enumerate(names)]
-    created = ctx.store.create_jobs(specs, secrets=["k0", "k1", "k2"], backend="local")
+    created = ctx.store.create_jobs(specs, key_salts=["k0", "k1", "k2"], backend="local")
     assert [r.name for r in created] == names
     for record, spec in zip(created, specs, strict=True):
         assert record.spec == spec and record.status is S.PENDING
         assert record.created_at == record.updated_at == T0
         assert record.events == (JobEvent(S.PENDING, T0),)
         assert ctx.store.get_job(record.name) == record
-    assert ctx.store.get_job_secret(names[2]) == "k2"
+    assert ctx.store.get_job_key_salt(names[2]) == "k2"
 
 
 def test_create_jobs_is_all_or_nothing(ctx: Ctx) -> None:
@@ -89,23 +89,23 @@ def test_create_jobs_is_all_or_nothing(ctx: Ctx) -> None:
     fresh = ctx.names(2, "fresh")
     with pytest.raises(AlreadyExistsError) as info:
         ctx.store.create_jobs([JobSpec(name=fresh[0]), JobSpec(name=taken),
-                               JobSpec(name=fresh[1])], secrets=["a", "b", "c"], backend="local")
+                               JobSpec(name=fresh[1])], key_salts=["a", "b", "c"], backend="local")
     assert info.value.details["jobs"] == [taken] and taken in str(info.value)
     assert all(ctx.store.find_job(n) is None for n in fresh)
-    assert ctx.store.get_job_secret(taken) == f"key-{taken}"
+    assert ctx.store.get_job_key_salt(taken) == f"salt-{taken}"
 
 
 def test_create_jobs_refuses_a_name_twice_in_one_batch(ctx: Ctx) -> None:
     [name] = ctx.names(1)
     with pytest.raises(AlreadyExistsError) as info:
-        ctx.store.create_jobs([JobSpec(name=name), JobSpec(name=name)], secrets=["a", "b"],
+        ctx.store.create_jobs([JobSpec(name=name), JobSpec(name=name)], key_salts=["a", "b"],
                               backend="local")
     assert info.value.details["jobs"] == [name]
     assert ctx.store.find_job(name) is None
 
 
 def test_create_jobs_of_nothing(ctx: Ctx) -> None:
-    assert ctx.store.create_jobs([], secrets=[], backend="local") == []
+    assert ctx.store.create_jobs([], key_salts=[], backend="local") == []
 
 
 # --- update_jobs --------------------------------------------------------------------------
@@ -234,14 +234,6 @@ def test_set_handles_tells_each_status_and_leaves_ended_jobs_alone(ctx: Ctx) -> 
         ctx.store.set_handles([live, JobName(f"{ctx.prefix}-missing")], handle)
 
 
-def test_get_job_secrets(ctx: Ctx) -> None:
-    names = ctx.create(3)
-    assert ctx.store.get_job_secrets(names) == {n: f"key-{n}" for n in names}
-    assert ctx.store.get_job_secrets([]) == {}
-    with pytest.raises(JobNotFound):
-        ctx.store.get_job_secrets([names[0], JobName(f"{ctx.prefix}-missing")])
-
-
 def test_list_jobs_by_names(ctx: Ctx) -> None:
     a, b, c = ctx.create(3)
     ctx.store.update_job(b, status=S.STOPPING)
@@ -253,7 +245,6 @@ def test_list_jobs_by_names(ctx: Ctx) -> None:
 def test_batches_larger_than_one_statement(ctx: Ctx) -> None:
     names = ctx.create(1203)  # more names than one IN list holds
     assert set(ctx.store.set_handles(names, {"pid": 1}).values()) == {S.PENDING}
-    assert len(ctx.store.get_job_secrets(names)) == len(names)
     assert ctx.store.update_jobs([JobChange(n, S.STOPPED) for n in names]) == [True] * len(names)
     stopped = ctx.store.list_jobs(JobQuery(name_prefix=ctx.prefix, statuses=[S.STOPPED],
                                            limit=5000))

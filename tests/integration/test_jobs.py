@@ -27,12 +27,14 @@ def double(x):
 
 def _submit_without_launch(session, func, *args):
     """Record a job and store its payloads the way submit_function does, but do not launch."""
-    from shoal.serialization import new_key, serialize
+    from shoal.serialization import serialize
+    from shoal.serialization.keys import new_salt, payload_key
 
     spec = RemoteOptions().build_spec(func, session)
-    key = new_key()
-    record = session.metadata.create_job(spec, secret=key, backend="local")
     svc = session.jobs
+    salt = new_salt()
+    key = payload_key(svc.keys.secret(spec.name, salt))
+    record = session.metadata.create_job(spec, key_salt=salt, backend="local")
     svc._put_payload(spec.name, "function", serialize(func, key, what="function"))
     svc._put_payload(spec.name, "arguments", serialize((args, {}), key, what="arguments"))
     return record

@@ -101,7 +101,7 @@ def test_batched_calls_are_real_jobs(session, tmp_path):
     records = _records(session, futures)
     assert len({r.spec.extra["batch"]["id"] for r in records}) == 1  # one hand-over
     assert len({r.handle["pid"] for r in records}) == 1
-    keys = [session.metadata.get_job_secret(r.name) for r in records]
+    keys = [session.jobs.payload_key(r.name) for r in records]
     assert len(set(keys)) == len(keys)  # each job its own key
     for i, (record, key) in enumerate(zip(records, keys, strict=True)):
         assert record.status is S.COMPLETED and record.spec.extra["batch"]["index"] == i

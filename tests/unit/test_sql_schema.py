@@ -34,7 +34,7 @@ def test_schema_revision_is_the_migrations_head() -> None:
 
 
 class _RecordingOp:
-    """Stands in for alembic.op: records the tables a migration creates."""
+    """Stands in for alembic.op: records the tables a migration creates (and renames)."""
 
     def __init__(self) -> None:
         self.tables: dict[str, list[Any]] = {}
@@ -44,6 +44,19 @@ class _RecordingOp:
 
     def create_index(self, *_: Any, **__: Any) -> None:
         pass
+
+    def alter_column(self, table: str, column: str, *, new_column_name: str | None = None,
+                     **_: Any) -> None:
+        if new_column_name is not None:
+            for item in self.tables[table]:
+                if isinstance(item, sa.Column) and item.name == column:
+                    item.name = item.key = new_column_name
+
+    def execute(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def get_bind(self) -> Any:
+        return sa.create_engine("sqlite://")
 
 
 def _load_migration(path: Path) -> ModuleType:

@@ -38,6 +38,7 @@ from typing import Any
 from shoal.backends._raynode import node_env, start_supervisor
 from shoal.backends._warm import claim_worker, pool_dir
 from shoal.core.ports import ExecContext, LaunchInfo
+from shoal.core.secrets import JOB_SECRETS_VAR
 from shoal.errors import LaunchError
 
 __all__ = ["WarmHost", "WarmPools", "warm_key"]
@@ -192,15 +193,17 @@ class WarmHost:
     def _node_env(self, client_env: dict[str, str]) -> dict[str, str]:
         """The job's supervisor environment on this node (one client's is the same for all
         its jobs: worked out once)."""
+        # The job's secrets (one job's or one batch's) differ from job to job: not cached.
+        handed = {k: v for k, v in client_env.items() if k == JOB_SECRETS_VAR}
+        client_env = {k: v for k, v in client_env.items() if k != JOB_SECRETS_VAR}
         key = hash(frozenset(client_env.items()))
         cached = self._env_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        env = node_env(client_env, os.environ)
-        env.update({"SHOAL_RAY_NODE_ID": self._node_id,
-                    "SHOAL_SUPERVISOR_HANDLE": json.dumps(self._handle)})
-        self._env_cache = (key, env)
-        return env
+        if cached is None or cached[0] != key:
+            env = node_env(client_env, os.environ)
+            env.update({"SHOAL_RAY_NODE_ID": self._node_id,
+                        "SHOAL_SUPERVISOR_HANDLE": json.dumps(self._handle)})
+            cached = self._env_cache = (key, env)
+        return {**cached[1], **handed}
 
     def _claim(self, request: Mapping[str, Any]) -> Any:
         own = self._dir / f"{self._proc.pid}.claim"

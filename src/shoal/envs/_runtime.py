@@ -1,7 +1,7 @@
 """The few shoal modules a job's own interpreter needs, copied beside its environment.
 
 A job in an isolated environment imports only ``shoal.jobs._entrypoint`` (and through it
-``shoal.errors`` and ``shoal.serialization``: the standard library and cloudpickle). Putting a
+``shoal.errors``, ``shoal._internal.secrets`` and ``shoal.serialization``: the standard library and cloudpickle). Putting a
 copy of just those on the job's ``PYTHONPATH`` keeps the client's site-packages out of the job.
 """
 
@@ -21,6 +21,7 @@ RUNTIME_MODULES = (
     "_internal/__init__.py",
     "_internal/lazy.py",
     "_internal/jsoncodec.py",
+    "_internal/secrets.py",
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",

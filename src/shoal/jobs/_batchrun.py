@@ -33,16 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.ports import JobQuery
-from shoal.core.secrets import secret_values
+from shoal.core.secrets import mask_text
 from shoal.jobs._batchfiles import read_batch, write_outcomes
 from shoal.jobs._batchoutput import MarkedOutput
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import WarmExecutor, killpg
-from shoal.jobs.driver import Outcome
+from shoal.jobs.driver import Outcome, hidden_values
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import log_key
 from shoal.serialization import Payload
+from shoal.serialization.keys import payload_key
 
 if TYPE_CHECKING:
     from shoal.jobs.driver import Supervisor
@@ -102,6 +103,7 @@ class BatchRun:
         self._output = MarkedOutput(b"", begin=self._marked, write=self._write)
         self._kill_at: float | None = None
         self._template: JobRecord | None = None
+        self._hidden: tuple[str, ...] = ()  # secret values the jobs can see: masked
         # Each call runs in this worker's scratch directory; a call that leaves files in it
         # keeps them as its own workdir (``_executor._keep_workdir``).
         self._scratch = sup._work_root / f"worker-{os.getpid()}"
@@ -144,9 +146,11 @@ class BatchRun:
         """Say who supervises the batch's jobs; load what the pending ones need."""
         svc = self._svc
         statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
-        self._template = svc.get(self._names[0])
+        # Its secret variables decrypted: the same in every job of the batch.
+        self._template = svc.unseal(svc.get(self._names[0]))
+        self._hidden = hidden_values(self._template.spec)
         todo = [n for n in self._names if statuses[n] == JobStatus.PENDING]
-        keys = svc.metadata.get_job_secrets(todo) if todo else {}
+        keys = {n: payload_key(svc.job_secret(n)) for n in todo}
         payloads = read_batch(svc.artifacts, self._batch, cache=_FUNCTIONS) if todo else None
         self._function = payloads.function if payloads else b""
         for index, name in enumerate(self._names):
@@ -432,7 +436,7 @@ class BatchRun:
     def _sink_for(self, name: str) -> LogSink:
         # A job that prints nothing gets no log file: LogSink opens it at the first write.
         return LogSink(self._svc.artifacts, log_key(name), self._sup._work_root / f"{name}.log",
-                       redact=secret_values(self._spec.environment_variables))
+                       redact=self._hidden)
 
     # --- state ----------------------------------------------------------------------------
 
@@ -460,6 +464,8 @@ class BatchRun:
         else:
             status, kind, reason, code = outcome.status, outcome.kind, outcome.reason, \
                 outcome.exit_code
+        if reason and self._hidden:  # a reason may quote a secret value: masked
+            reason = mask_text(reason, self._hidden)
         if call.sink is not None:
             call.sink.close()  # the whole log is stored before the job is recorded ended
         if self._current is call:

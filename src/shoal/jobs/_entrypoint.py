@@ -19,6 +19,7 @@ from typing import Any
 
 # shoal's private json codec: user code may patch json, and must not corrupt our envelopes.
 from shoal._internal.jsoncodec import dumps as _json_dumps
+from shoal._internal.secrets import mask_text, secret_values
 from shoal.errors import PayloadIntegrityError, PayloadVersionError, SerializationError
 from shoal.serialization import Payload, deserialize, serialize
 
@@ -61,6 +62,9 @@ def execute(function: Payload, arguments: Payload, key: str) -> tuple[int, dict[
     ``{"exception": Payload, "summary": {...}}``, or ``{"error": {"kind", "message"}}`` for a
     payload that was refused.
     """
+    # The secret values this job can see, taken before its code runs: an exception that
+    # quotes one is reported (summary, message, traceback, its string arguments) masked.
+    hidden = secret_values(os.environ)
     try:
         func = deserialize(function, key, what="function payload")
         args, kwargs = deserialize(arguments, key, what="arguments payload")
@@ -76,14 +80,14 @@ def execute(function: Payload, arguments: Payload, key: str) -> tuple[int, dict[
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         _job_ended()
-        return EXIT_RAISED, _exception(e, tb, key)
+        return EXIT_RAISED, _exception(e, tb, key, hidden)
     _job_ended()
     try:
         payload = serialize(result, key, what=f"result of type {type(result).__qualname__}")
     except SerializationError as e:
         tb = traceback.format_exc()
         sys.stderr.write(f"shoal: {e}\n")
-        return EXIT_RAISED, _exception(e, tb, key)
+        return EXIT_RAISED, _exception(e, tb, key, hidden)
     return EXIT_OK, {"results": payload}
 
 
@@ -92,10 +96,23 @@ def _refused(kind: str, message: str) -> tuple[int, dict[str, Any]]:
     return EXIT_REFUSED, {"error": {"kind": kind, "message": message}}
 
 
-def _exception(exc: BaseException, tb: str, key: str) -> dict[str, Any]:
+def _exception(exc: BaseException, tb: str, key: str, hidden: tuple[str, ...] = ()
+               ) -> dict[str, Any]:
+    if hidden:
+        _mask_args(exc, hidden)
+        tb = mask_text(tb, hidden)
     summary = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
-               "message": str(exc)[:2000]}
-    return {"exception": _exception_payload(exc, tb, key), "summary": summary}
+               "message": mask_text(str(exc), hidden)[:2000]}
+    return {"exception": _exception_payload(exc, tb, key, hidden), "summary": summary}
+
+
+def _mask_args(exc: BaseException, hidden: tuple[str, ...]) -> None:
+    """Mask secret values in the exception's string arguments (what ``str(exc)`` shows for
+    most exceptions); an exception that refuses is reported as it is."""
+    try:
+        exc.args = tuple(mask_text(a, hidden) if isinstance(a, str) else a for a in exc.args)
+    except Exception:  # a user's exception class may forbid it
+        pass
 
 
 def run(workdir: Path, key: str) -> int:
@@ -111,9 +128,10 @@ def run(workdir: Path, key: str) -> int:
     return code
 
 
-def _exception_payload(exc: BaseException, tb: str, key: str) -> Payload:
-    info = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
-            "traceback": tb}
+def _exception_payload(exc: BaseException, tb: str, key: str,
+                       hidden: tuple[str, ...] = ()) -> Payload:
+    info = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": mask_text(str(exc), hidden), "traceback": tb}
     try:
         return serialize({**info, "exception": exc}, key, what="exception")
     except SerializationError:

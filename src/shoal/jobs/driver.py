@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
-from shoal.core.secrets import secret_values
+from shoal.core.secrets import StreamRedactor, mask_text, secret_values
 from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
@@ -43,15 +43,31 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
+from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, take_handover
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
+from shoal.serialization.keys import payload_key
 from shoal.storage.artifacts import job_key
 
 __all__ = ["Outcome", "Supervisor"]
 
 logger = logging.getLogger(__name__)
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: Variables of the supervisor's own environment that never reach a job's process.
+_NOT_INHERITED = ("SHOAL_JOB_KEY", JOB_SECRETS_VAR)
+#: Secret-looking variables inherited from the client's environment are masked in the job's
+#: log from this length on (shorter ones, "1" or "true", would mask ordinary output).
+_INHERITED_SECRET_MIN = 8
+
+
+def hidden_values(spec: JobSpec) -> tuple[str, ...]:
+    """Every secret value the job can see: its secret-looking variables (decrypted) and those
+    of the environment it inherits from its client, longest first."""
+    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    values = set(secret_values(spec.environment_variables))
+    values.update(secret_values(inherited, min_length=_INHERITED_SECRET_MIN))
+    return tuple(sorted(values, key=len, reverse=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +109,7 @@ class Supervisor:
         self._wake_r, self._wake_w = -1, -1
         # Sees the output of a script job as it streams; syncs a job's checkpoints meanwhile.
         self._tap: TrainingAttempt | CheckpointTap | None = None
+        self._hidden: tuple[str, ...] = ()  # the current job's secret values (masked)
         #: called once, just before the next job's end is recorded
         self.before_finish: Callable[[], None] | None = None
 
@@ -116,8 +133,10 @@ class Supervisor:
 
     def run(self, name: str) -> int:
         self._install_signals()
+        self._svc.hand_over(take_handover(os.environ))  # before any job code runs
         self._stop = False
         self._current = name
+        self._hidden = ()
         record = self._svc.get(name)
         if record.status == JobStatus.STOPPING:
             self._svc.transition(name, JobStatus.STOPPED, reason="stopped before it started")
@@ -127,6 +146,12 @@ class Supervisor:
             return 0
         if self._warm:  # a warm worker was handed this job: say who supervises it, now
             self._svc.metadata.set_handle(name, self._own_handle())
+        try:
+            record = self._svc.unseal(record)  # its secret variables, decrypted
+        except ShoalError as e:
+            self._finish(name, Outcome(JobStatus.FAILED, FailureKind.INTEGRITY, str(e)))
+            return 1
+        self._hidden = hidden_values(record.spec)
         if self._slots.acquire(lambda: self._stop) is None:
             self._finish(name, Outcome(JobStatus.STOPPED, reason="stopped while queued"))
             return 0
@@ -148,8 +173,7 @@ class Supervisor:
     def _attempts(self, record: JobRecord) -> None:
         spec = record.spec
         sink = LogSink(self._svc.artifacts, log_key(record.name),
-                       self._work_root / f"{record.name}.log",
-                       redact=secret_values(spec.environment_variables))
+                       self._work_root / f"{record.name}.log", redact=self._hidden)
         attempts = max(1, spec.max_retry_attempts)
         try:
             for attempt in range(1, attempts + 1):
@@ -159,8 +183,9 @@ class Supervisor:
                 if outcome.retry and attempt < attempts and not self._stop:
                     try:
                         self._svc.transition(record.name, JobStatus.PENDING,
-                                             reason=f"attempt {attempt} failed: "
-                                                    f"{outcome.reason}; retrying")
+                                             reason=mask_text(f"attempt {attempt} failed: "
+                                                              f"{outcome.reason}; retrying",
+                                                              self._hidden))
                         continue
                     except InvalidTransitionError:  # a stop was asked for meanwhile
                         outcome = Outcome(JobStatus.STOPPED, reason="stopped on request")
@@ -174,6 +199,10 @@ class Supervisor:
         hook, self.before_finish = self.before_finish, None
         if hook is not None:  # e.g. a warm worker becoming claimable before its job's end shows
             hook()
+        if outcome.reason and self._hidden:  # a reason may quote a secret value: masked
+            outcome = Outcome(outcome.status, outcome.kind, mask_text(outcome.reason,
+                                                                      self._hidden),
+                              outcome.exit_code, outcome.retry)
         if outcome.status == JobStatus.COMPLETED:  # the common case: no read first
             try:
                 self._svc.advance(name, JobStatus.COMPLETED, exit_code=outcome.exit_code)
@@ -210,7 +239,7 @@ class Supervisor:
             # A warm executor gets the payloads on its socket: no files to write for it.
             self._plan = self._preparer.prepare(record, workdir, sink, inline_ok=self._warm
                                                 and ranks_of(spec).world == 1)
-            env = self._child_env(spec, self._svc.metadata.get_job_secret(name), name)
+            env = self._child_env(spec, payload_key(self._svc.job_secret(name)), name)
             self._preparer.pre_execute(record, self._plan, env, workdir, sink,
                                        lambda: self._stop)
             training = self._training_for(record, workdir, sink, attempt)
@@ -280,7 +309,11 @@ class Supervisor:
                                    metadata=self._svc.metadata, cores=self._cores,
                                    attempt=attempt,
                                    checkpoint_sync_seconds=self._checkpoint_sync)
-        training.supervisor_env = dict(os.environ)
+        # What the launchers of the job's other hosts (a cluster's nodes) start from: the
+        # supervisor's environment, with this job's secret handed on (and no other's).
+        training.supervisor_env = {**os.environ,
+                                   JOB_SECRETS_VAR: encode_handover(
+                                       {record.name: self._svc.job_secret(record.name)})}
         training.setup()
         return training
 
@@ -331,10 +364,16 @@ class Supervisor:
         over to the rank launcher (which takes this process's place). Its output (this host's
         preparation, then its ranks' lines) goes to stdout, which the first host's supervisor
         streams into the job's log; the job's state stays that supervisor's to record."""
+        self._svc.hand_over(take_handover(os.environ))  # before any job code runs
         record = self._svc.get(name)
-        # A LogSink's write and tail, on stdout (the first host's supervisor redacts again).
-        out: Any = _StdoutSink(secret_values(record.spec.environment_variables))
         host = f"algo-{host_index + 1}"
+        try:
+            record = self._svc.unseal(record)
+        except ShoalError as e:
+            sys.stdout.write(f"[shoal] {host} cannot run job {name}: {e}\n")
+            return 1
+        # A LogSink's write and tail, on stdout (the first host's supervisor redacts again).
+        out: Any = _StdoutSink(hidden_values(record.spec))
         if record.status.is_terminal or record.status == JobStatus.STOPPING:
             out.write(f"[shoal] {host}: job {name} is {record.status}; not starting\n".encode())
             return 1
@@ -344,7 +383,7 @@ class Supervisor:
         self._install_signals()
         try:
             self._plan = self._preparer.prepare(record, workdir, out, inline_ok=False)
-            env = self._child_env(record.spec, self._svc.metadata.get_job_secret(name), name)
+            env = self._child_env(record.spec, payload_key(self._svc.job_secret(name)), name)
             self._preparer.pre_execute(record, self._plan, env, workdir, out,
                                        lambda: self._stop)
             training = TrainingAttempt(record, workdir, out, artifacts=self._svc.artifacts,
@@ -364,7 +403,7 @@ class Supervisor:
                                              master_port)}
         plan_file = workdir / "ranks.json"
         plan_file.write_text(json.dumps(plan))
-        sys.stdout.flush()
+        out.close()  # what its redactor held back, then flushed
         signal.set_wakeup_fd(-1)
         launcher_env = {k: v for k, v in env.items() if k != "SHOAL_JOB_KEY"}
         launcher_env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
@@ -378,10 +417,11 @@ class Supervisor:
         *notify* tells the client which ended (``jobs/_batchrun.py``)."""
         from shoal.jobs._batchrun import BatchRun
 
+        self._svc.hand_over(take_handover(os.environ))  # before any job code runs
         return BatchRun(self, batch, names, notify).run()
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "SHOAL_JOB_KEY"}
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         threads = str(max(1, min(int(spec.cpus or self._cores), self._cores)))
         local = spec.instance_type in (None, "local")
         for var in _THREAD_VARS:
@@ -557,19 +597,24 @@ class _StdoutSink:
 
     def __init__(self, redact: tuple[str, ...] = ()) -> None:
         self._tail: list[bytes] = []
-        self._redact = tuple(v.encode() for v in redact if v)
+        self._redactor = StreamRedactor(redact)
 
     def write(self, data: bytes) -> None:
-        for secret in self._redact:
-            data = data.replace(secret, b"***")
+        self._put(self._redactor.feed(data))
+
+    def _put(self, data: bytes) -> None:
+        if not data:
+            return
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         self._tail = (self._tail + data.splitlines())[-50:]
 
     def tail(self, lines: int) -> str:
+        self._put(self._redactor.flush())
         return b"\n".join(self._tail[-lines:]).decode(errors="replace")
 
     def close(self) -> None:
+        self._put(self._redactor.flush())
         sys.stdout.flush()
 
 

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from shoal.core.secrets import StreamRedactor
+
 __all__ = ["LogSink"]
 
 
@@ -23,13 +25,20 @@ class LogSink:
         self._dirty = False
         self._last_flush = 0.0
         self._closed = False
-        # Secret values (environment variables named *TOKEN*, *KEY*...) never reach the log.
-        self._redact = tuple(v.encode() for v in redact if v)
+        # Secret values (environment variables named *TOKEN*, *KEY*...) never reach the log,
+        # not even when written in pieces (the redactor holds back a possible beginning).
+        self._redactor = StreamRedactor(redact)
 
     def write(self, data: bytes) -> None:
-        for secret in self._redact:
-            if secret in data:
-                data = data.replace(secret, b"****")
+        self._put(self._redactor.feed(data))
+
+    def end(self) -> None:
+        """The output has ended: write what the redactor held back."""
+        self._put(self._redactor.flush())
+
+    def _put(self, data: bytes) -> None:
+        if not data:
+            return
         f = self._f
         f.write(data)
         f.flush()
@@ -58,6 +67,8 @@ class LogSink:
         self._last_flush = now
 
     def tail(self, lines: int) -> str:
+        """The last *lines* of the log (called once the output has ended)."""
+        self.end()
         if self._f_obj is None:
             return ""
         self._f_obj.flush()
@@ -71,6 +82,7 @@ class LogSink:
     def close(self) -> None:
         if self._closed:
             return
+        self.end()
         if not self._direct and self._dirty:
             self._upload(0.0)
         if self._f_obj is not None:

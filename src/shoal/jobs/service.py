@@ -18,10 +18,13 @@ from shoal.errors import (
     JobCancelledError,
     JobFailedError,
     JobTimeoutError,
+    PayloadIntegrityError,
     ShoalError,
 )
 from shoal.jobs._training import ranks_of
-from shoal.serialization import Payload, deserialize, new_key, serialize
+from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
+from shoal.serialization import Payload, deserialize, resign, serialize
+from shoal.serialization.keys import is_sealed, new_salt, open_env, payload_key, seal_env
 from shoal.storage.artifacts import job_key
 
 if TYPE_CHECKING:
@@ -72,7 +75,7 @@ class JobService:
     def __init__(self, metadata: MetadataStore, artifacts: ArtifactStore, backend: Backend, *,
                  supervisor_entrypoint: str, supervisor_env: Mapping[str, str],
                  supervisor_prepare: str | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, keys: JobKeys | None = None) -> None:
         self.metadata = metadata
         self.artifacts = artifacts
         self.backend = backend
@@ -82,6 +85,67 @@ class JobService:
         self._clock = clock or SystemClock()
         self._waiters: dict[str, Any] = {}
         self._functions: set[str] = set()  # digests of function pickles stored for batches
+        #: Derives each job's secret (the client: from the user's secret). None in a job's
+        #: supervisor, which knows only the secrets handed to it (``hand_over``).
+        self.keys = keys
+        self._handed: dict[str, str] = {}
+
+    # --- keys -------------------------------------------------------------------------
+
+    def hand_over(self, secrets: Mapping[str, str], *, only: bool = True) -> None:
+        """In a job's supervisor: the secrets of the jobs it was handed; with *only*, it
+        derives no other job's."""
+        self._handed.update(secrets)
+        if only:
+            self.keys = None
+
+    def job_secret(self, name: str) -> str:
+        """The secret of job *name*, from which its payload and environment keys derive."""
+        handed = self._handed.get(name)
+        if handed is not None:
+            return handed
+        if self.keys is None:
+            raise PayloadIntegrityError(
+                f"the supervisor of job {name} was not handed the job's key ({JOB_SECRETS_VAR} "
+                "was missing from its environment), so it cannot verify the job's payloads; "
+                "submit the job again, with the same shoal version on client and node",
+                job=name)
+        salt = self.metadata.get_job_key_salt(name)
+        if not salt:
+            raise PayloadIntegrityError(
+                f"job {name} was recorded before shoal derived job keys from the user's secret "
+                "(metadata schema 0004 removed the key stored with it), so its payloads can no "
+                "longer be verified and are not unpickled; nothing was tampered with. Run the "
+                "job again to get its result.", job=name, reason="legacy-key")
+        return self.keys.secret(name, salt)
+
+    def payload_key(self, name: str) -> str:
+        """The HMAC key of job *name*'s payloads."""
+        return payload_key(self.job_secret(name))
+
+    def unseal(self, record: JobRecord) -> JobRecord:
+        """*record* with its secret environment variables decrypted (they are stored
+        encrypted under the job's key)."""
+        env = record.spec.environment_variables
+        if not any(is_sealed(v) for v in env.values()):
+            return record
+        opened = open_env(env, self.job_secret(record.name), record.name)
+        return dataclasses.replace(record, spec=dataclasses.replace(
+            record.spec, environment_variables=opened))
+
+    def _new_secret(self, spec: JobSpec) -> tuple[JobSpec, str, str]:
+        """A new job's salt and secret, and its spec with the secret variables sealed."""
+        if self.keys is None:
+            from shoal.errors import ConfigError
+
+            raise ConfigError("this process (a job's supervisor) cannot submit jobs: it holds "
+                              "no user secret")
+        salt = new_salt()
+        secret = self.keys.secret(spec.name, salt)
+        sealed = seal_env(spec.environment_variables, secret, spec.name)
+        if sealed != dict(spec.environment_variables):
+            spec = dataclasses.replace(spec, environment_variables=sealed)
+        return spec, salt, secret
 
     # --- submitting -------------------------------------------------------------------
 
@@ -95,7 +159,8 @@ class JobService:
         script = (_read_file(spec.pre_execution_script, "pre_execution_script")
                   if spec.pre_execution_script else None)
         self._check_submission()
-        key = new_key()
+        spec, salt, secret = self._new_secret(spec)
+        key = payload_key(secret)
         # An isolated environment cannot import the caller's own (uninstalled) modules.
         isolated = spec.dependencies or spec.extra.get("conda_env")
         by_value = _local_modules(func) if isolated else ()
@@ -103,7 +168,7 @@ class JobService:
                                by_value=by_value)
         arg_payload = serialize((tuple(args), dict(kwargs)), key,
                                 what=f"arguments of {spec.function_name!r}")
-        record = self.metadata.create_job(spec, secret=key, backend=self.backend.name)
+        record = self.metadata.create_job(spec, key_salt=salt, backend=self.backend.name)
         try:
             self._put_payload(spec.name, "function", fn_payload)
             self._put_payload(spec.name, "arguments", arg_payload)
@@ -118,12 +183,13 @@ class JobService:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the payloads of job {spec.name}: {e}")
             raise
-        return self.launch(record)
+        return self.launch(record, secret)
 
     def submit_script(self, spec: JobSpec, files: Mapping[str, bytes | Path]) -> JobRecord:
         """Record a script job, store its files (bytes, or a local file to upload), launch."""
         self._check_submission()
-        record = self.metadata.create_job(spec, secret=new_key(), backend=self.backend.name)
+        spec, salt, secret = self._new_secret(spec)
+        record = self.metadata.create_job(spec, key_salt=salt, backend=self.backend.name)
         try:
             for rel, data in files.items():
                 key = job_key(spec.name, *rel.split("/"))
@@ -135,7 +201,7 @@ class JobService:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the files of job {spec.name}: {e}")
             raise
-        return self.launch(record)
+        return self.launch(record, secret)
 
     def submit_batch(self, specs: Sequence[JobSpec], func: Callable[..., Any],
                      calls: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]]) -> JobBatch:
@@ -148,23 +214,28 @@ class JobService:
         """
         from shoal.jobs._batchclient import JobBatch
         from shoal.jobs._batchfiles import new_batch_id, write_batch
-        from shoal.serialization import resign
 
         self._check_submission()
         template = specs[0]
-        keys = [new_key() for _ in specs]
+        sealed = [self._new_secret(spec) for spec in specs]
+        keys = [payload_key(secret) for _, _, secret in sealed]
         # Pickled once: each job gets the same pickle signed under its own key.
         function = serialize(func, keys[0], what=f"function {template.function_name!r}")
         arguments = [serialize((tuple(args), dict(kwargs)), key,
                                what=f"arguments of {template.function_name!r}")
                      for key, (args, kwargs) in zip(keys, calls, strict=True)]
         batch = new_batch_id(self._clock.now())
-        records = self._create_batch(batch, specs, keys)
+        records, secrets = self._create_batch(batch, specs, sealed)
         names = tuple(r.name for r in records)
+        signed = keys
+        keys = [payload_key(secret) for secret in secrets]
+        # A name that was taken was drawn again, with a new key: its arguments signed again.
+        arguments = [a if k == was else resign(a, k)
+                     for a, k, was in zip(arguments, keys, signed, strict=True)]
         try:
             write_batch(self.artifacts, batch, function,
-                        [(n, resign(function, k), a) for n, k, a in zip(names, keys, arguments,
-                                                                         strict=True)],
+                        [(n, resign(function, k), a)
+                         for n, k, a in zip(names, keys, arguments, strict=True)],
                         known=self._functions)
         except ShoalError as e:
             self.advance_many([JobChange(n, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
@@ -173,7 +244,8 @@ class JobService:
             return JobBatch(self, names, keys, None)
         keep = template.keep_alive_period_in_seconds
         ctx = ExecContext(job=JobName(batch), entrypoint=self._entrypoint, args=(batch, *names),
-                          env=self._env, prepare=self._prepare,
+                          env=self._handover_env(dict(zip(names, secrets, strict=True))),
+                          prepare=self._prepare,
                           pool=self._spec_pool_key(template, template.name) if keep else None,
                           keep_alive_seconds=float(keep), cpus=template.cpus,
                           gpus=template.gpus, memory_mib=template.memory_mib, batch=names)
@@ -190,36 +262,53 @@ class JobService:
                     info.pid)
         return JobBatch(self, names, keys, info, ctx)
 
-    def _create_batch(self, batch: str, specs: Sequence[JobSpec], keys: Sequence[str]
-                      ) -> list[JobRecord]:
-        """Record a batch's jobs, each naming its batch; a generated name that is taken (six
-        random hex digits per second of names) is drawn again."""
+    def _create_batch(self, batch: str, specs: Sequence[JobSpec],
+                      sealed: Sequence[tuple[JobSpec, str, str]]
+                      ) -> tuple[list[JobRecord], list[str]]:
+        """Record a batch's jobs (*sealed*: each spec sealed, its salt and secret), each naming
+        its batch, and return them with their secrets; a generated name that is taken (six
+        random hex digits per second of names) is drawn again, with a new salt and secret."""
         import secrets
 
         from shoal.errors import AlreadyExistsError
 
-        batched = [dataclasses.replace(spec, extra={**spec.extra, "batch": {"id": batch,
-                                                                            "index": i}})
-                   for i, spec in enumerate(specs)]
+        def in_batch(spec: JobSpec, i: int) -> JobSpec:
+            return dataclasses.replace(spec, extra={**spec.extra,
+                                                    "batch": {"id": batch, "index": i}})
+
+        specs = list(specs)
+        sealed = [(in_batch(s, i), salt, secret) for i, (s, salt, secret) in enumerate(sealed)]
         attempts = 0
         while True:
             try:
-                return self.metadata.create_jobs(batched, secrets=keys,
-                                                 backend=self.backend.name)
+                records = self.metadata.create_jobs([s for s, _, _ in sealed],
+                                                    key_salts=[salt for _, salt, _ in sealed],
+                                                    backend=self.backend.name)
+                return records, [secret for _, _, secret in sealed]
             except AlreadyExistsError as e:
                 taken = set(e.details.get("jobs") or ())
                 attempts += 1
                 if attempts == 5 or not taken:
                     raise
-                batched = [dataclasses.replace(
-                    s, name=JobName(f"{s.name.rsplit('-', 1)[0]}-{secrets.token_hex(3)}"))
-                    if s.name in taken else s for s in batched]
+                for i, spec in enumerate(specs):
+                    if spec.name in taken:
+                        specs[i] = spec = dataclasses.replace(spec, name=JobName(
+                            f"{spec.name.rsplit('-', 1)[0]}-{secrets.token_hex(3)}"))
+                        new, salt, secret = self._new_secret(spec)
+                        sealed[i] = (in_batch(new, i), salt, secret)
 
-    def launch(self, record: JobRecord) -> JobRecord:
+    def _handover_env(self, secrets: Mapping[str, str]) -> dict[str, str]:
+        """The supervisor's environment: the session's, and the secrets of its jobs alone."""
+        return {**self._env, JOB_SECRETS_VAR: encode_handover(secrets)}
+
+    def launch(self, record: JobRecord, secret: str | None = None) -> JobRecord:
+        """Start the supervisor of a recorded job (*secret*: the job's, if known already)."""
         spec = record.spec
         keep = spec.keep_alive_period_in_seconds
+        if secret is None:
+            secret = self.job_secret(record.name)
         ctx = ExecContext(job=record.name, entrypoint=self._entrypoint, args=(record.name,),
-                          env=self._env, prepare=self._prepare,
+                          env=self._handover_env({record.name: secret}), prepare=self._prepare,
                           pool=self._pool_key(record) if keep else None,
                           keep_alive_seconds=float(keep), cpus=spec.cpus, gpus=spec.gpus,
                           memory_mib=spec.memory_mib, hosts=ranks_of(spec).hosts)
@@ -379,9 +468,8 @@ class JobService:
         """The job's return value, or the matching exception."""
         name = record.name
         if record.status == JobStatus.COMPLETED:
-            return deserialize(self.get_payload(name, "results"),
-                               self.metadata.get_job_secret(name), what=f"result of job {name}",
-                               reader="client")
+            return deserialize(self.get_payload(name, "results"), self.payload_key(name),
+                               what=f"result of job {name}", reader="client")
         if record.status == JobStatus.STOPPED:
             raise JobCancelledError(f"job {name} was stopped before it finished", job=name)
         if not record.is_terminal:
@@ -399,8 +487,11 @@ class JobService:
 
     def _raise_user_exception(self, record: JobRecord, failure: JobFailedError) -> None:
         try:
-            info = deserialize(self.get_payload(record.name, "exception"),
-                               self.metadata.get_job_secret(record.name),
+            key = self.payload_key(record.name)
+        except PayloadIntegrityError as e:  # recorded before keys were derived: say what failed
+            raise failure from e
+        try:
+            info = deserialize(self.get_payload(record.name, "exception"), key,
                                what=f"exception of job {record.name}", reader="client")
         except ArtifactNotFound:
             raise failure from None

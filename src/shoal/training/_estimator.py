@@ -23,6 +23,7 @@ from shoal.core.clock import RandomIdFactory
 from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobKind, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.resources import resolve_instance_type
+from shoal.core.secrets import mask_env
 from shoal.errors import InvalidArgumentError, JobFailedError
 from shoal.image_uris import parse_image_uri
 from shoal.remote_function._options import _normalise_tags, check_gpus
@@ -344,7 +345,8 @@ class Estimator:
                model_channel_name: str = "model") -> Estimator:
         """An estimator for an existing training job; waits for it when it is still running."""
         session = _session(sagemaker_session)
-        record = session.jobs.get(training_job_name)
+        # Its secret variables are stored encrypted: decrypted with the job's key.
+        record = session.jobs.unseal(session.jobs.get(training_job_name))
         cfg = record.spec.extra.get("training")
         if record.spec.kind != JobKind.SCRIPT or not cfg:
             raise InvalidArgumentError(f"job {training_job_name} is not a training job (it runs "
@@ -472,7 +474,7 @@ class TrainingJob:
                                "InstanceCount": cfg.get("instance_count", 1)},
             "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_runtime_in_seconds},
             "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
-            "Environment": dict(spec.environment_variables),
+            "Environment": mask_env(spec.environment_variables),
             "CreationTime": record.created_at,
             "LastModifiedTime": record.updated_at,
             "Tags": [{"Key": k, "Value": v} for k, v in spec.tags],

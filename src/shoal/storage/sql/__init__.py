@@ -174,13 +174,13 @@ class SqlMetadataStore(RunTables, EndpointTables):
 
     # --- jobs -------------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec, *, secret: str, backend: str) -> JobRecord:
+    def create_job(self, spec: JobSpec, *, key_salt: str, backend: str) -> JobRecord:
         now = _ts(self._clock.now())
         spec_json = json.dumps(spec.to_json(), sort_keys=True)
         with self._db.tx(write=True) as cur:
             try:
                 cur.execute(self._db.sql(_INSERT_JOB), (
-                    spec.name, JobStatus.PENDING.value, spec_json, secret, backend, now, now))
+                    spec.name, JobStatus.PENDING.value, spec_json, key_salt, backend, now, now))
             except self._db.integrity_error as e:
                 raise AlreadyExistsError(f"a job named {spec.name!r} already exists; choose "
                                          "another job_name", job=spec.name) from e
@@ -190,11 +190,11 @@ class SqlMetadataStore(RunTables, EndpointTables):
                          created_at=created, updated_at=created, backend=backend,  # type: ignore[arg-type]
                          events=(JobEvent(JobStatus.PENDING, created),))  # type: ignore[arg-type]
 
-    def create_jobs(self, specs: Sequence[JobSpec], *, secrets: Sequence[str],
+    def create_jobs(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
                     backend: str) -> list[JobRecord]:
         """Create every job or none, in one transaction."""
-        if len(secrets) != len(specs):
-            raise ValueError("create_jobs needs one secret per spec")
+        if len(key_salts) != len(specs):
+            raise ValueError("create_jobs needs one key salt per spec")
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
@@ -204,8 +204,8 @@ class SqlMetadataStore(RunTables, EndpointTables):
             return []
         now = _ts(self._clock.now())
         pending = JobStatus.PENDING.value
-        rows = [(spec.name, pending, json.dumps(spec.to_json(), sort_keys=True), secret,
-                 backend, now, now) for spec, secret in zip(specs, secrets, strict=True)]
+        rows = [(spec.name, pending, json.dumps(spec.to_json(), sort_keys=True), salt,
+                 backend, now, now) for spec, salt in zip(specs, key_salts, strict=True)]
         try:
             with self._db.tx(write=True) as cur:
                 cur.executemany(self._db.sql(_INSERT_JOB), rows)
@@ -239,25 +239,13 @@ class SqlMetadataStore(RunTables, EndpointTables):
                               "'shoal jobs list' shows the jobs there", job=name)
         return rec
 
-    def get_job_secret(self, name: str) -> str:
+    def get_job_key_salt(self, name: str) -> str:
         with self._db.tx(write=False) as cur:
-            cur.execute(self._db.sql("SELECT secret FROM jobs WHERE name = ?"), (name,))
+            cur.execute(self._db.sql("SELECT key_salt FROM jobs WHERE name = ?"), (name,))
             row = cur.fetchone()
         if row is None:
             raise JobNotFound(f"no job named {name!r}", job=name)
-        return str(row[0])
-
-    def get_job_secrets(self, names: Sequence[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        with self._db.tx(write=False) as cur:
-            for part in _chunks(names):
-                cur.execute(self._db.sql("SELECT name, secret FROM jobs WHERE name IN "
-                                         f"({_marks(part)})"), tuple(part))
-                out.update((str(n), str(s)) for n, s in cur.fetchall())
-        missing = [n for n in names if n not in out]
-        if missing:
-            raise JobNotFound(f"no job named {missing[0]!r}", job=missing[0])
-        return out
+        return str(row[0] or "")
 
     def list_jobs(self, query: JobQuery) -> list[JobRecord]:
         where: list[str] = []
@@ -417,7 +405,7 @@ _COLUMNS = ("name", "status", "spec", "backend", "created_at", "updated_at", "st
 _COL = {c: i for i, c in enumerate(_COLUMNS)}
 _SELECT_JOB = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _SELECT_EVENTS = "SELECT status, at, reason FROM job_events WHERE job_name = ? ORDER BY id"
-_INSERT_JOB = ("INSERT INTO jobs (name, status, spec, secret, backend, created_at, updated_at, "
+_INSERT_JOB = ("INSERT INTO jobs (name, status, spec, key_salt, backend, created_at, updated_at, "
                "attempt, handle) VALUES (?, ?, ?, ?, ?, ?, ?, 0, '{}')")
 _INSERT_EVENT = "INSERT INTO job_events (job_name, status, at, reason) VALUES (?, ?, ?, ?)"
 

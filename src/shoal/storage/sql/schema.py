@@ -15,7 +15,7 @@ __all__ = ["SCHEMA_REVISION", "endpoint_instances", "endpoints", "experiments", 
            "run_tags", "runs"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 metadata = sa.MetaData()
 
@@ -30,7 +30,9 @@ jobs = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("spec", sa.Text, nullable=False),
-    sa.Column("secret", sa.String(128), nullable=False),
+    # The random salt of the job's keys, which derive from the user's secret (never stored):
+    # useless alone. "" for jobs recorded before revision 0004 (their stored keys were removed).
+    sa.Column("key_salt", sa.String(128), nullable=False),
     sa.Column("backend", sa.String(32), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
