@@ -80,6 +80,7 @@ def test_a_database_from_a_newer_shoal_says_so_and_db_upgrade_does_not_crash(
         conn.execute("UPDATE alembic_version SET version_num = '0002'")
         conn.execute("DROP TABLE endpoint_instances")
         conn.execute("DROP TABLE endpoints")
+        conn.execute("ALTER TABLE jobs RENAME COLUMN key_salt TO secret")  # undo 0004
     with pytest.raises(SchemaOutOfDateError, match="run 'shoal db upgrade"):
         SqlMetadataStore.open(url)
     assert upgrade_schema(url) == SCHEMA_REVISION
@@ -92,7 +93,7 @@ def test_a_read_only_database_names_the_file_and_says_it_is_read_only(tmp_path: 
     try:
         assert store.find_job("j1") is None  # reading works
         with pytest.raises(MetadataStoreError) as info:
-            store.create_job(_spec("j1"), secret="s", backend="local")
+            store.create_job(_spec("j1"), key_salt="s", backend="local")
     finally:
         store.close()
     text = str(info.value)
@@ -120,7 +121,7 @@ def test_a_full_disk_is_named_as_full(tmp_path: Path) -> None:
             with pytest.raises(OSError):  # fill what is left
                 (mount / "filler").write_bytes(b"x" * 2**21)
             with pytest.raises(MetadataStoreError) as info:
-                store.create_job(_spec("big", blob=300_000), secret="s", backend="local")
+                store.create_job(_spec("big", blob=300_000), key_salt="s", backend="local")
         finally:
             store.close()
     text = str(info.value)
