@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
-from shoal.core.secrets import StreamRedactor, mask_text, secret_values
+from shoal.core.secrets import StreamRedactor, mask_text
 from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
@@ -43,7 +43,7 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
-from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, take_handover
+from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen, take_handover
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
@@ -56,18 +56,11 @@ logger = logging.getLogger(__name__)
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: Variables of the supervisor's own environment that never reach a job's process.
 _NOT_INHERITED = ("SHOAL_JOB_KEY", JOB_SECRETS_VAR)
-#: Secret-looking variables inherited from the client's environment are masked in the job's
-#: log from this length on (shorter ones, "1" or "true", would mask ordinary output).
-_INHERITED_SECRET_MIN = 8
 
 
 def hidden_values(spec: JobSpec) -> tuple[str, ...]:
-    """Every secret value the job can see: its secret-looking variables (decrypted) and those
-    of the environment it inherits from its client, longest first."""
-    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
-    values = set(secret_values(spec.environment_variables))
-    values.update(secret_values(inherited, min_length=_INHERITED_SECRET_MIN))
-    return tuple(sorted(values, key=len, reverse=True))
+    """The secret values a job of *spec* can see here (``keys.secret_values_seen``)."""
+    return secret_values_seen(spec.environment_variables, os.environ)
 
 
 @dataclass(frozen=True, slots=True)

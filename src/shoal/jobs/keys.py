@@ -19,12 +19,16 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from shoal.core.secrets import JOB_SECRETS_VAR
+from shoal.core.secrets import JOB_SECRETS_VAR, secret_values
 from shoal.errors import ConfigError
 from shoal.serialization.keys import USER_SECRET_BYTES, job_secret
 
 __all__ = ["JOB_SECRETS_VAR", "JobKeys", "UserKeys", "encode_handover",
-           "load_user_secret", "take_handover"]
+           "load_user_secret", "secret_values_seen", "take_handover"]
+
+#: Secret-looking variables inherited from the client's environment are masked in the job's
+#: log from this length on (shorter ones, "1" or "true", would mask ordinary output).
+_INHERITED_SECRET_MIN = 8
 
 
 
@@ -49,6 +53,17 @@ class UserKeys(JobKeys):
             if self._secret is None:
                 self._secret = load_user_secret(self.path)
         return job_secret(self._secret, job, salt)
+
+
+def secret_values_seen(job_env: Mapping[str, str], inherited: Mapping[str, str]
+                       ) -> tuple[str, ...]:
+    """Every secret value a job sees, longest first: those of its own secret-looking variables
+    (decrypted) and those of the environment it inherits (its supervisor's: the client's)."""
+    values = set(secret_values(job_env))
+    values.update(secret_values({k: v for k, v in inherited.items()
+                                 if k not in (JOB_SECRETS_VAR, "SHOAL_JOB_KEY")},
+                                min_length=_INHERITED_SECRET_MIN))
+    return tuple(sorted(values, key=len, reverse=True))
 
 
 def encode_handover(secrets: Mapping[str, str]) -> str:

@@ -123,3 +123,12 @@ def test_ordinary_output_is_not_held_back():
 
 def test_mask_text_masks_the_longest_first():
     assert mask_text("a abcdef b abc", ["abc", "abcdef"]) == "a **** b ****"
+
+
+def test_the_values_a_job_sees_include_its_clients_secrets():
+    from shoal.jobs.keys import secret_values_seen
+
+    seen = secret_values_seen({"DB_PASSWORD": "pw12", "PLAIN": "visible"},
+                              {"GITHUB_TOKEN": "ghp-0123456789", "FOO_TOKEN": "true",
+                               "SHOAL_JOB_SECRETS": "{}", "HOME": "/root"})
+    assert seen == ("ghp-0123456789", "pw12")  # an inherited "true" would mask every "true"
