@@ -205,3 +205,20 @@ def remount_read_only(where: Any) -> None:
     import subprocess
 
     subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+
+
+def linear_onnx(path: Any, weights: Any, bias: Any) -> None:
+    """Write ``y = x @ weights + bias`` as an ONNX graph with a dynamic batch axis (4 -> 2)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["y"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())

@@ -107,7 +107,7 @@ def _check_training_section(out: str, tmp_path: Path) -> None:
 
 def _check_endpoint_section(out: str) -> None:
     """Real-time inference: the trained CNN's ONNX model on a two-instance endpoint."""
-    section = out[out.index("12. Model(model_data).deploy(initial_instance_count=2)"):]
+    section = out[out.index("12. Model(model_data=...).deploy(initial_instance_count=2)"):]
     training_job = re.search(r"run mnist-digits/cnn-\S+ Completed: jobs (train-\S+),", out)
     assert training_job is not None
     assert re.search(rf"model_data file://\S+/{training_job.group(1)}/output/model\.tar\.gz  "
@@ -130,7 +130,7 @@ def _check_endpoint_section(out: str) -> None:
 
 def _check_bundle_section(out: str) -> None:
     """Portable bundles of the trained CNN: Azure Functions and ASGI, each at most 2 MB."""
-    section = out[out.index("13. Model(model_data).bundle(target=...)"):]
+    section = out[out.index("13. Model(model_data=...).bundle(target=...)"):]
     assert "(training job train-" in section
     sizes = re.findall(r"(azure-functions|asgi) +(\d+\.\d+) MB zipped", section)
     assert [t for t, _ in sizes] == ["azure-functions", "asgi"], section

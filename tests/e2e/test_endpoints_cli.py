@@ -67,7 +67,7 @@ def session(clean_env: Path) -> Iterator[shoal.Session]:
 
 
 def test_list_describe_invoke_delete(session, onnx_dir, tmp_path):
-    Model(onnx_dir, sagemaker_session=session).deploy(endpoint_name="cli-linear",
+    Model(model_data=onnx_dir, sagemaker_session=session).deploy(endpoint_name="cli-linear",
                                                       initial_instance_count=2)
     listed = run_cli("endpoints", "list")
     assert listed.returncode == 0, listed.stderr

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import shoal
-from helpers import endpoint_test_session, wait_until
+from helpers import endpoint_test_session, linear_onnx, wait_until
 from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.deserializers import CSVDeserializer, NumpyDeserializer
 from shoal.endpoints import EndpointService
@@ -51,19 +51,7 @@ def predict_fn(data, model):
 
 def _linear_onnx(path: Path) -> None:
     """y = x @ W + b as an ONNX graph with a dynamic batch axis."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["y"])],
-        "linear",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
-        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.write_bytes(model.SerializeToString())
+    linear_onnx(path, W, B)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +84,7 @@ def _answers(url: str) -> bool:
 
 def test_contract_two_instances_predict_describe_and_delete(endpoint_session, onnx_dir):
     name = _unique("linear")
-    predictor = Model(onnx_dir).deploy(initial_instance_count=2, endpoint_name=name)
+    predictor = Model(model_data=onnx_dir).deploy(initial_instance_count=2, endpoint_name=name)
     x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], dtype=np.float32)
     expected = x @ W + B
     assert np.allclose(predictor.predict(x.tolist()), expected)
@@ -123,7 +111,7 @@ def test_contract_two_instances_predict_describe_and_delete(endpoint_session, on
 def test_contract_two_instances_share_the_requests(endpoint_session, tmp_path, onnx_dir):
     src = _handler_dir(tmp_path, PID_HANDLER)
     name = _unique("pair")
-    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
+    predictor = Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
         initial_instance_count=2, endpoint_name=name,
         batching={"max_batch_size": 4, "max_batch_delay_ms": 1})
     assert predictor.describe().config.entry_point == "serve.py"
@@ -145,7 +133,7 @@ def test_contract_two_instances_share_the_requests(endpoint_session, tmp_path, o
 
 def test_contract_autoscaling_bounds_are_kept_and_served(endpoint_session, onnx_dir):
     name = _unique("scaled")
-    predictor = Model(onnx_dir).deploy(
+    predictor = Model(model_data=onnx_dir).deploy(
         endpoint_name=name, initial_instance_count=1,
         managed_instance_scaling={"Status": "ENABLED", "MinInstanceCount": 1,
                                   "MaxInstanceCount": 2})
@@ -162,7 +150,7 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_sess
     """)
     name = _unique("boom")
     with pytest.raises(EndpointFailedError, match="boom while loading the model"):
-        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
+        Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
     record = EndpointService(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     assert "RuntimeError" in record.failure_reason
@@ -174,7 +162,7 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_sess
     logs = [artifacts.get_bytes(k) for k in artifacts.list_keys(f"endpoints/{name}/logs")]
     assert any(b"boom while loading the model" in log for log in logs)
     with pytest.raises(shoal.ShoalError, match="already exists"):
-        Model(onnx_dir).deploy(endpoint_name=name)
+        Model(model_data=onnx_dir).deploy(endpoint_name=name)
     EndpointService(endpoint_session).delete(name)
     assert endpoint_session.metadata.find_endpoint(name) is None
 
@@ -195,7 +183,7 @@ def _handler_dir(tmp_path: Path, code: str, name: str = "handler") -> Path:
 
 
 def test_deploy_predict_in_three_formats_describe_and_delete(session, onnx_dir):
-    predictor = Model(onnx_dir).deploy(endpoint_name="linear")
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="linear")
     x = np.array([[1, 2, 3, 4], [0, 0, 0, 0]], dtype=np.float32)
     expected = x @ W + B
     assert isinstance(predictor, Predictor) and predictor.endpoint_name == "linear"
@@ -226,7 +214,7 @@ def test_deploy_predict_in_three_formats_describe_and_delete(session, onnx_dir):
 
 
 def test_a_killed_instance_is_restarted_and_predictions_keep_working(session, onnx_dir):
-    predictor = Model(onnx_dir).deploy(endpoint_name="phoenix")
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="phoenix")
     [before] = predictor.describe().instances
     os.kill(before.pid, signal.SIGKILL)
     # The predictor retries while the supervisor brings the instance back on its port.
@@ -244,7 +232,7 @@ def test_a_killed_instance_is_restarted_and_predictions_keep_working(session, on
 
 def test_two_instances_share_the_requests(session, tmp_path, onnx_dir):
     src = _handler_dir(tmp_path, PID_HANDLER)
-    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
+    predictor = Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
         initial_instance_count=2, endpoint_name="pair")
     record = predictor.describe()
     pids = {i.pid for i in record.instances}
@@ -260,7 +248,7 @@ def test_two_instances_share_the_requests(session, tmp_path, onnx_dir):
 
 
 def test_batching_options_reach_the_server(session, onnx_dir):
-    predictor = Model(onnx_dir).deploy(endpoint_name="batched",
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="batched",
                                        batching={"max_batch_size": 4, "max_batch_delay_ms": 2})
     record = predictor.describe()
     assert (record.config.batching.max_batch_size, record.config.batching.max_batch_delay_ms) \
@@ -270,7 +258,7 @@ def test_batching_options_reach_the_server(session, onnx_dir):
 
 def test_malformed_batching_options_are_refused_before_anything_starts(session, onnx_dir):
     with pytest.raises(InvalidArgumentError, match="max_batch_delay_ms"):
-        Model(onnx_dir).deploy(endpoint_name="bad-batching",
+        Model(model_data=onnx_dir).deploy(endpoint_name="bad-batching",
                                batching={"max_batch_size": 4, "max_batch_delay_ms": "soon"})
     assert session.metadata.find_endpoint("bad-batching") is None
 
@@ -281,7 +269,7 @@ def test_model_dir_with_nothing_recognisable_fails_naming_the_files(session, tmp
     (junk / "notes.txt").write_text("hello")
     (junk / "weights.bin").write_bytes(b"\0")
     with pytest.raises(EndpointFailedError) as info:
-        Model(junk).deploy(endpoint_name="junk")
+        Model(model_data=junk).deploy(endpoint_name="junk")
     message = str(info.value)
     assert "'junk' failed" in message and "notes.txt" in message and "weights.bin" in message
     record = session.metadata.get_endpoint("junk")
@@ -297,7 +285,7 @@ def test_inference_py_raising_on_import_fails_with_its_traceback(session, tmp_pa
         raise RuntimeError("boom while importing the handler")
     """)
     with pytest.raises(EndpointFailedError, match="boom while importing the handler") as info:
-        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name="boom")
+        Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name="boom")
     assert "Traceback" in str(info.value)
     record = session.metadata.get_endpoint("boom")
     assert record.status == EndpointStatus.FAILED
@@ -306,9 +294,9 @@ def test_inference_py_raising_on_import_fails_with_its_traceback(session, tmp_pa
     assert "boom while importing the handler" in log
     # A failed endpoint must be deleted before its name is used again.
     with pytest.raises(shoal.ShoalError, match="already exists"):
-        Model(onnx_dir).deploy(endpoint_name="boom")
+        Model(model_data=onnx_dir).deploy(endpoint_name="boom")
     EndpointService(session).delete("boom")
-    Model(onnx_dir).deploy(endpoint_name="boom").predict([[0, 0, 0, 0]])
+    Model(model_data=onnx_dir).deploy(endpoint_name="boom").predict([[0, 0, 0, 0]])
 
 
 def test_a_fixed_port_already_in_use_fails_clearly(session, onnx_dir):
@@ -317,14 +305,14 @@ def test_a_fixed_port_already_in_use_fails_clearly(session, onnx_dir):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(EndpointFailedError, match=f"port {port} .* already in use"):
-            Model(onnx_dir).deploy(endpoint_name="busy", port=port)
+            Model(model_data=onnx_dir).deploy(endpoint_name="busy", port=port)
 
 
 def test_a_fixed_free_port_is_used(session, onnx_dir):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    predictor = Model(onnx_dir).deploy(endpoint_name="fixed", port=port)
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="fixed", port=port)
     assert [i.port for i in predictor.describe().instances] == [port]
 
 
@@ -334,7 +322,7 @@ def test_predictor_on_an_unknown_endpoint(session):
 
 
 def test_server_errors_carry_status_code_and_message(session, onnx_dir):
-    predictor = Model(onnx_dir).deploy(endpoint_name="strict")
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="strict")
     with pytest.raises(InvocationError) as info:
         predictor.predict([[1, 2, 3]])  # three features where the model takes four
     assert 400 <= info.value.details["status_code"] < 600
@@ -342,7 +330,7 @@ def test_server_errors_carry_status_code_and_message(session, onnx_dir):
 
 
 def test_a_gone_supervisor_fails_the_endpoint(session, onnx_dir):
-    predictor = Model(onnx_dir).deploy(endpoint_name="orphan")
+    predictor = Model(model_data=onnx_dir).deploy(endpoint_name="orphan")
     record = predictor.describe()
     os.kill(record.supervisor["pid"], signal.SIGKILL)
     wait_until(lambda: not _alive(record.supervisor["pid"]), 10, what="supervisor gone")
@@ -379,7 +367,7 @@ def test_contract_a_model_whose_environment_cannot_be_built_fails(endpoint_sessi
     deps.write_text("shoal-no-such-package-anywhere==9.9.9\n")
     name = _unique("noenv")
     with pytest.raises(EndpointFailedError, match="environment could not be built"):
-        Model(onnx_dir, dependencies=str(deps)).deploy(endpoint_name=name)
+        Model(model_data=onnx_dir, dependencies=str(deps)).deploy(endpoint_name=name)
     record = EndpointService(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED
     assert "shoal-no-such-package-anywhere" in record.failure_reason
@@ -394,7 +382,7 @@ def test_contract_a_model_server_that_exits_in_its_environment_fails_with_its_ou
     (src / "requirements.txt").write_text("six==1.16.0\n")
     name = _unique("exits")
     with pytest.raises(EndpointFailedError, match="the handler gave up at import"):
-        Model(onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
+        Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
     record = EndpointService(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     artifacts = endpoint_session.artifacts
@@ -424,7 +412,7 @@ def test_contract_requirements_give_the_model_its_own_environment(endpoint_sessi
     (src / "requirements.txt").write_text("toolz==0.12.1\n")
     deps = tmp_path / "deployer-requirements.txt"
     deps.write_text("six==1.16.0\n")
-    predictor = Model(onnx_dir, entry_point="serve.py", source_dir=str(src),
+    predictor = Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src),
                       dependencies=str(deps)).deploy(endpoint_name=_unique("own-env"))
     answer = predictor.predict([[1]])
     assert (answer["six"], answer["toolz"]) == ("1.16.0", "0.12.1")

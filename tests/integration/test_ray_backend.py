@@ -517,7 +517,7 @@ def test_an_endpoint_through_a_ray_client_address(ray_client, tmp_path):
     export(net, torch.randn(1, 4), tmp_path / "model" / "model.onnx")
     name = f"client-{uuid.uuid4().hex[:8]}"
     with shoal.use(s):
-        predictor = Model(str(tmp_path / "model")).deploy(endpoint_name=name)
+        predictor = Model(model_data=str(tmp_path / "model")).deploy(endpoint_name=name)
         try:
             x = np.ones((3, 4), np.float32)
             with torch.no_grad():

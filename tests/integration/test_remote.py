@@ -244,7 +244,7 @@ def test_gpu_instance_type_runs_on_cpu_when_the_user_opts_in(session):
 
 
 def test_unknown_and_not_yet_supported_arguments_are_refused(session):
-    with pytest.raises(InvalidArgumentError, match="instance_typ"):
+    with pytest.raises(TypeError, match="instance_typ"):
         remote(instance_typ="ml.m5.large")
     with pytest.raises(InvalidArgumentError, match="keep_alive_period_in_seconds"):
         remote(keep_alive_period_in_seconds=7200)

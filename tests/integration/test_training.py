@@ -273,7 +273,7 @@ def test_bad_estimator_arguments_fail_when_built(session, tmp_path):
             Estimator(entry_point=str(script), hyperparameters={bad: 1})
     with pytest.raises(InvalidArgumentError, match="job_name"):
         Estimator(entry_point=str(script)).fit(job_name="bad name!")
-    with pytest.raises(InvalidArgumentError, match="unknown Estimator argument"):
+    with pytest.raises(TypeError, match="epochs"):
         Estimator(entry_point=str(script), epochs=3)
 
 

@@ -397,14 +397,14 @@ def test_model_tar_gz_paths_and_uris_are_unpacked(tiny, tmp_path):
 def test_model_bundle_delegates_to_the_builder(tiny, tmp_path):
     from shoal.model import Model
 
-    record = Model(str(tiny)).bundle(target="aws-lambda", path=tmp_path / "m.zip",
+    record = Model(model_data=str(tiny)).bundle(target="aws-lambda", path=tmp_path / "m.zip",
                                      output_key="scores")
     assert record.path == tmp_path / "m.zip" and record.target == "aws-lambda"
     with zipfile.ZipFile(record.path) as zf:
         assert json.loads(zf.read("model/bundle.json"))["output_key"] == "scores"
     (tmp_path / "inference.py").write_text("def model_fn(d): ...\n")
     with pytest.raises(InvalidArgumentError, match="inference code .* would be lost"):
-        Model(str(tiny), entry_point=str(tmp_path / "inference.py")).bundle(
+        Model(model_data=str(tiny), entry_point=str(tmp_path / "inference.py")).bundle(
             target="asgi", path=tmp_path / "x")
 
 

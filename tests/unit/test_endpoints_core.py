@@ -81,19 +81,19 @@ def model_dir(tmp_path: Path) -> Path:
 def test_model_refuses_what_cannot_work(tmp_path: Path, model_dir: Path):
     session = shoal.Session(home=str(tmp_path / "home"))
     with pytest.raises(InvalidArgumentError, match="model_data .*missing.* does not exist"):
-        Model(str(tmp_path / "missing"), sagemaker_session=session)
+        Model(model_data=str(tmp_path / "missing"), sagemaker_session=session)
     with pytest.raises(InvalidArgumentError, match="model_data is required"):
         Model(sagemaker_session=session)
     with pytest.raises(InvalidArgumentError, match="entry_point nope.py does not exist"):
-        Model(model_dir, entry_point="nope.py", sagemaker_session=session)
+        Model(model_data=model_dir, entry_point="nope.py", sagemaker_session=session)
     with pytest.raises(InvalidArgumentError, match="source_dir .* is not a directory"):
-        Model(model_dir, source_dir=str(tmp_path / "nosrc"), sagemaker_session=session)
+        Model(model_data=model_dir, source_dir=str(tmp_path / "nosrc"), sagemaker_session=session)
     with pytest.raises(InvalidArgumentError, match="dependencies file"):
-        Model(model_dir, dependencies=str(tmp_path / "req.txt"), sagemaker_session=session)
-    with pytest.raises(InvalidArgumentError, match="unknown Model argument"):
-        Model(model_dir, sagemaker_session=session, colour="blue")
-    model = Model(model_dir, sagemaker_session=session, vpc_config={"x": 1})
-    with pytest.raises(InvalidArgumentError, match="unknown deploy argument"):
+        Model(model_data=model_dir, dependencies=str(tmp_path / "req.txt"), sagemaker_session=session)
+    with pytest.raises(TypeError, match="colour"):
+        Model(model_data=model_dir, sagemaker_session=session, colour="blue")
+    model = Model(model_data=model_dir, sagemaker_session=session, vpc_config={"x": 1})
+    with pytest.raises(TypeError, match="colour"):
         model.deploy(colour="blue")
     with pytest.raises(InvalidArgumentError, match="batching: max_batch_size"):
         model.deploy(batching={"max_batch_size": -1})

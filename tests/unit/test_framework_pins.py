@@ -15,8 +15,8 @@ from shoal.envs import NotInstallable, lowest_installable, sagemaker_alias_dir
 from shoal.errors import InvalidArgumentError, RuntimeEnvError
 from shoal.sklearn import SKLearn
 from shoal.training._containers import CONTAINERS, container_for
-from shoal.training._estimator import PyTorch as _PyTorch
 from shoal.training._framework_env import plan_framework_env, requirement_bounds
+from shoal.training._frameworks import PyTorch as _PyTorch
 
 OURS = f"{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -129,7 +129,7 @@ def test_sagemaker_serving_import_paths():
                 StringDeserializer):
         assert getattr(shoal, cls.__name__) is cls and isinstance(cls().ACCEPT, tuple)
     model_params = list(inspect.signature(Model).parameters)
-    assert model_params[:2] == ["model_data", "image_uri"]
+    assert model_params[:3] == ["image_uri", "model_data", "role"]  # SageMaker v2's order
     assert {"entry_point", "source_dir", "dependencies", "env", "name", "sagemaker_session",
             "predictor_cls"} <= set(model_params)
     deploy = inspect.signature(Model.deploy).parameters

@@ -95,14 +95,14 @@ def run_bundle_demo(session: Any, number: int, since: datetime) -> None:
     from shoal.model import Model
 
     out().print()
-    out().print(Text(f"{number}. Model(model_data).bundle(target=...): the model as an app for "
+    out().print(Text(f"{number}. Model(model_data=...).bundle(target=...): the model as an app for "
                      "another platform (no shoal inside)", style="bold cyan"))
     target_dir = session.home / "demo-bundles"
     target_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shoal-demo-bundle-") as tmp:
         model_data, source, samples = _trained_model(session, since, Path(tmp))
         _note(f"model_data {model_data}  ({source})")
-        model = Model(model_data, sagemaker_session=session)
+        model = Model(model_data=model_data, sagemaker_session=session)
         records = []
         for target, path in (("azure-functions", target_dir / "digits-azure-functions.zip"),
                              ("asgi", target_dir / "digits-asgi")):

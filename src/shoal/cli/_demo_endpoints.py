@@ -109,14 +109,14 @@ def run_endpoint_demo(session: Any, number: int, since: datetime) -> None:
     from shoal.model import Model
     from shoal.serializers import NumpySerializer
 
-    _heading(number, "Model(model_data).deploy(initial_instance_count=2): real-time "
+    _heading(number, "Model(model_data=...).deploy(initial_instance_count=2): real-time "
                      "inference on an endpoint")
     with tempfile.TemporaryDirectory(prefix="shoal-demo-endpoint-") as tmp:
         demo = _trained_cnn(session, since, Path(tmp)) or _exported_classifier(Path(tmp))
         _note(f"model_data {demo.model_data}  ({demo.source})")
         name = f"digits-{datetime.now():%H%M%S}"
         started = time.monotonic()
-        predictor = Model(demo.model_data, sagemaker_session=session).deploy(
+        predictor = Model(model_data=demo.model_data, sagemaker_session=session).deploy(
             initial_instance_count=2, endpoint_name=name, serializer=NumpySerializer(),
             deserializer=JSONDeserializer())
         record = predictor.describe()

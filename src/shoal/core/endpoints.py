@@ -140,6 +140,11 @@ class EndpointConfig:
     requirements: bool = False
     min_instances: int | None = None
     max_instances: int | None = None
+    #: SageMaker's ``tags`` for the endpoint, kept on its record.
+    tags: tuple[tuple[str, str], ...] = ()
+    #: SageMaker settings with no effect here (``data_capture_config``, ``kms_key``...), kept
+    #: on the record and reported once (shoal.core.inert).
+    inert_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         count = self.instance_count
@@ -174,7 +179,8 @@ class EndpointConfig:
                 "env": dict(self.env), "port": self.port,
                 "startup_timeout_s": self.startup_timeout_s, "code": self.code,
                 "entry_point": self.entry_point, "requirements": self.requirements,
-                "min_instances": self.min_instances, "max_instances": self.max_instances}
+                "min_instances": self.min_instances, "max_instances": self.max_instances,
+                "tags": [list(t) for t in self.tags], "inert_settings": dict(self.inert_settings)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EndpointConfig:
@@ -186,7 +192,9 @@ class EndpointConfig:
                    code=bool(data.get("code")), entry_point=data.get("entry_point"),
                    requirements=bool(data.get("requirements")),
                    min_instances=data.get("min_instances"),
-                   max_instances=data.get("max_instances"))
+                   max_instances=data.get("max_instances"),
+                   tags=tuple((str(k), str(v)) for k, v in data.get("tags") or ()),
+                   inert_settings=dict(data.get("inert_settings") or {}))
 
     @classmethod
     def parse_scaling(cls, value: Any) -> tuple[int | None, int | None]:

@@ -6,7 +6,9 @@ local), the code, the requirements file, the instance type and count, the batchi
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -15,7 +17,9 @@ from typing import Any
 
 from shoal.core.clock import RandomIdFactory
 from shoal.core.endpoints import BatchingOptions, EndpointConfig, check_endpoint_name
+from shoal.core.inert import given, report_inert
 from shoal.core.resources import resolve_instance_type
+from shoal.core.tags import normalise_tags
 from shoal.endpoints._predictor import Predictor
 from shoal.endpoints._service import EndpointService
 from shoal.endpoints._staging import check_model_data, pack_code
@@ -23,23 +27,31 @@ from shoal.errors import InvalidArgumentError
 
 __all__ = ["Model"]
 
-# SageMaker arguments that mean nothing for a local endpoint: accepted and kept.
-_MODEL_INERT = ("vpc_config", "enable_network_isolation", "model_kms_key", "image_config",
-                "code_location", "container_log_level", "git_config", "resources",
-                "additional_model_data_sources", "model_reference_arn",
-                "inference_config_name", "framework_version", "py_version")
-_DEPLOY_INERT = ("accelerator_type", "tags", "kms_key", "data_capture_config",
-                 "async_inference_config", "serverless_inference_config", "volume_size",
-                 "model_data_download_timeout", "inference_recommendation_id",
-                 "explainer_config", "accept_eula", "endpoint_logging", "resources",
-                 "endpoint_type", "inference_component_name",
-                 "routing_config", "model_reference_arn", "update_endpoint")
+#: SageMaker settings with no meaning for an endpoint here, with SageMaker's defaults: a value
+#: other than these (or None/False) is kept on the endpoint record and reported once.
+_MODEL_INERT: dict[str, Any] = {
+    "image_uri": None, "role": None, "vpc_config": None, "enable_network_isolation": None,
+    "model_kms_key": None, "image_config": None, "code_location": None,
+    "container_log_level": logging.INFO, "git_config": None, "resources": None,
+    "additional_model_data_sources": None, "model_reference_arn": None,
+    "inference_config_name": None, "framework_version": None, "py_version": None,
+    "model_server_workers": None,
+}
+_DEPLOY_INERT: dict[str, Any] = {
+    "accelerator_type": None, "kms_key": None, "data_capture_config": None,
+    "async_inference_config": None, "serverless_inference_config": None,
+    "model_data_download_timeout": None, "inference_recommendation_id": None,
+    "explainer_config": None, "accept_eula": None, "endpoint_logging": False,
+    "resources": None, "endpoint_type": "ModelBased", "inference_component_name": None,
+    "routing_config": None, "model_reference_arn": None, "inference_ami_version": None,
+    "update_endpoint": False,
+}
 
 
-def _session(given: Any) -> Any:
+def _session(session: Any) -> Any:
     from shoal.session import Session, current
 
-    return given if isinstance(given, Session) else current()
+    return session if isinstance(session, Session) else current()
 
 
 class Model:
@@ -49,30 +61,34 @@ class Model:
 
     Example:
         >>> from shoal.model import Model                                   # doctest: +SKIP
-        >>> predictor = Model("s3://bucket/job/output/model.tar.gz").deploy( # doctest: +SKIP
+        >>> predictor = Model(model_data="s3://bucket/job/output/model.tar.gz").deploy(  # doctest: +SKIP
         ...     initial_instance_count=2, endpoint_name="digits")
         >>> predictor.predict([[0.0] * 64])                                  # doctest: +SKIP
         >>> predictor.delete_endpoint()                                      # doctest: +SKIP
     """
 
-    def __init__(self, model_data: str | os.PathLike[str] | None = None,
-                 image_uri: str | None = None, role: str | None = None,
-                 entry_point: str | None = None, source_dir: str | None = None,
-                 dependencies: Any = None, env: Mapping[str, str] | None = None,
-                 name: str | None = None, sagemaker_session: Any = None,
-                 predictor_cls: Any = None, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - set(_MODEL_INERT))
-        if unknown:
-            raise InvalidArgumentError(f"unknown Model argument(s) {', '.join(unknown)}",
-                                       arguments=unknown)
+    def __init__(
+            self, image_uri: str | None = None,
+            model_data: str | os.PathLike[str] | None = None, role: str | None = None,
+            predictor_cls: Any = None, env: Mapping[str, str] | None = None,
+            name: str | None = None, vpc_config: Mapping[str, Any] | None = None,
+            sagemaker_session: Any = None, enable_network_isolation: bool | None = None,
+            model_kms_key: str | None = None, image_config: Mapping[str, Any] | None = None,
+            source_dir: str | None = None, code_location: str | None = None,
+            entry_point: str | None = None, container_log_level: int = logging.INFO,
+            dependencies: Any = None, git_config: Mapping[str, str] | None = None,
+            resources: Any = None, additional_model_data_sources: Any = None,
+            model_reference_arn: str | None = None, *,
+            inference_config_name: str | None = None, framework_version: str | None = None,
+            py_version: str | None = None, model_server_workers: int | None = None) -> None:
+        args = dict(locals())
         if model_data is None:
-            raise InvalidArgumentError("model_data is required: a model directory, a "
-                                       "model.tar.gz or a URL", argument="model_data")
+            raise InvalidArgumentError(_missing_model_data(image_uri), argument="model_data")
         self.model_data = os.fspath(model_data)
         check_model_data(self.model_data)
         self.image_uri = image_uri
         self.role = role
-        self.inert = {k: v for k, v in kwargs.items() if v is not None}
+        self.inert = given(args, _MODEL_INERT)
         self.entry_point, self.source_dir = check_code(entry_point, source_dir)
         self.dependencies = dependencies
         self._requirements, self._dependency_dirs = _check_dependencies(dependencies)
@@ -84,29 +100,41 @@ class Model:
         self.predictor_cls = predictor_cls or Predictor
         self.endpoint_name: str | None = None
 
-    def deploy(self, initial_instance_count: int | None = None,
-               instance_type: str | None = None, serializer: Any = None,
-               deserializer: Any = None, endpoint_name: str | None = None,
-               wait: bool = True, batching: Mapping[str, Any] | BatchingOptions | None = None,
-               port: int | None = None,
-               container_startup_health_check_timeout: float | None = None,
-               managed_instance_scaling: Mapping[str, Any] | None = None,
-               **kwargs: Any) -> Any:
+    def deploy(
+            self, initial_instance_count: int | None = None, instance_type: str | None = None,
+            serializer: Any = None, deserializer: Any = None,
+            accelerator_type: str | None = None, endpoint_name: str | None = None,
+            tags: Any = None, kms_key: str | None = None, wait: bool = True,
+            data_capture_config: Any = None, async_inference_config: Any = None,
+            serverless_inference_config: Any = None, volume_size: int | None = None,
+            model_data_download_timeout: int | None = None,
+            container_startup_health_check_timeout: float | None = None,
+            inference_recommendation_id: str | None = None, explainer_config: Any = None,
+            accept_eula: bool | None = None, endpoint_logging: bool = False,
+            resources: Any = None, endpoint_type: Any = "ModelBased",
+            managed_instance_scaling: Mapping[str, Any] | None = None,
+            inference_component_name: str | None = None, routing_config: Any = None,
+            model_reference_arn: str | None = None, inference_ami_version: str | None = None,
+            update_endpoint: bool = False, *,
+            batching: Mapping[str, Any] | BatchingOptions | None = None,
+            port: int | None = None) -> Any:
         """Start an endpoint serving this model; return a ``Predictor`` for it.
 
-        With *wait* (the default) this returns once every instance answers ``/ping``, or
-        raises ``EndpointFailedError`` with the reason (the server's traceback, a port in use,
-        a model directory with nothing to serve...). *batching* (``{"max_batch_size": 8,
-        "max_batch_delay_ms": 5}``) turns on the server's dynamic batching; *port* fixes the
-        first instance's port (the next ones follow it). *managed_instance_scaling*
-        (``{"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 4}``, SageMaker's)
-        lets an endpoint on Ray Serve scale between those bounds; the local backend keeps
-        ``initial_instance_count`` instances.
+        SageMaker v2's parameters in its order, then shoal's keyword-only ``batching`` and
+        ``port``. With *wait* (the default) this returns once every instance answers
+        ``/ping``, or raises ``EndpointFailedError`` with the reason (the server's traceback,
+        a port in use, a model directory with nothing to serve...). *batching*
+        (``{"max_batch_size": 8, "max_batch_delay_ms": 5}``) turns on the server's dynamic
+        batching; *port* fixes the first instance's port (the next ones follow it).
+        *managed_instance_scaling* (``{"Status": "ENABLED", "MinInstanceCount": 1,
+        "MaxInstanceCount": 4}``, SageMaker's) lets an endpoint on Ray Serve scale between
+        those bounds; the local backend keeps ``initial_instance_count`` instances. *tags* are
+        kept on the endpoint's record; *volume_size* (GB) is checked against the free disk.
+        Settings with no effect here (``data_capture_config``, ``serverless_inference_config``,
+        ``kms_key``...) are kept on the record and reported once.
         """
-        unknown = sorted(set(kwargs) - set(_DEPLOY_INERT))
-        if unknown:
-            raise InvalidArgumentError(f"unknown deploy argument(s) {', '.join(unknown)}",
-                                       arguments=unknown)
+        session = self.sagemaker_session
+        inert = {**self.inert, **given(locals(), _DEPLOY_INERT)}
         instance_type = instance_type or "local"
         resolve_instance_type(instance_type)  # an unknown type fails here, naming the family
         low, high = EndpointConfig.parse_scaling(managed_instance_scaling)
@@ -118,8 +146,20 @@ class Model:
             startup_timeout_s=float(container_startup_health_check_timeout or 600),
             code=bool(self.entry_point or self.source_dir or self._dependency_dirs),
             entry_point=Path(self.entry_point).name if self.entry_point else None,
-            requirements=self._requirements is not None)
+            requirements=self._requirements is not None,
+            tags=tuple(normalise_tags(tags)), inert_settings=inert)
         name = check_endpoint_name(endpoint_name or self._endpoint_name())
+        _check_volume(session, volume_size)
+        report_inert(session.report_inert, inert, session.settings.backend, "endpoint")
+        self._start(name, config, wait)
+        predictor = self.predictor_cls(name, sagemaker_session=session)
+        if serializer is not None:
+            predictor.serializer = serializer
+        if deserializer is not None:
+            predictor.deserializer = deserializer
+        return predictor
+
+    def _start(self, name: str, config: EndpointConfig, wait: bool) -> None:
         service = EndpointService(self.sagemaker_session)
         requirements = self._requirements.read_text() if self._requirements else None
         with tempfile.TemporaryDirectory(prefix="shoal-code-") as tmp:
@@ -133,12 +173,6 @@ class Model:
         self.endpoint_name = name
         if wait:
             service.wait(name)
-        predictor = self.predictor_cls(name, sagemaker_session=self.sagemaker_session)
-        if serializer is not None:
-            predictor.serializer = serializer
-        if deserializer is not None:
-            predictor.deserializer = deserializer
-        return predictor
 
     def bundle(self, target: str, path: str | os.PathLike[str], *, force: bool = False,
                **options: Any) -> Any:
@@ -168,6 +202,33 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model(model_data={self.model_data!r}, entry_point={self.entry_point!r})"
+
+
+def _missing_model_data(image_uri: str | None) -> str:
+    """The error for a Model without model_data; names the likely slip of the old order."""
+    text = ("model_data is required: a model directory, a model.tar.gz or a URL, e.g. "
+            "Model(model_data='model.tar.gz')")
+    if image_uri is not None:
+        text += (f". Model's first parameter is image_uri (SageMaker's order: Model(image_uri, "
+                 f"model_data, role)), and {image_uri!r} was given there")
+    return text
+
+
+def _check_volume(session: Any, volume_size: int | None) -> None:
+    """SageMaker's deploy ``volume_size`` (GB of storage per instance): here the instances share
+    the session's disk; less free space than asked for is reported once."""
+    if volume_size is None:
+        return
+    if not isinstance(volume_size, int) or isinstance(volume_size, bool) or volume_size < 1:
+        raise InvalidArgumentError(f"volume_size must be a positive number of GB, got "
+                                   f"{volume_size!r}", argument="volume_size")
+    home = Path(session.home)
+    where = home if home.exists() else Path.cwd()
+    free_gb = shutil.disk_usage(where).free / 1e9
+    if free_gb < volume_size:
+        session.report_inert("deploy.volume_size", f"volume_size={volume_size} GB: only "
+                             f"{free_gb:.0f} GB are free under {where}, the disk the endpoint's "
+                             "instances share")
 
 
 def check_code(entry_point: str | None,

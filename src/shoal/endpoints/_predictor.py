@@ -54,6 +54,11 @@ class Predictor:
                  **kwargs: Any) -> None:
         self.endpoint_name = endpoint_name
         self.sagemaker_session = _session(sagemaker_session)
+        for key, value in kwargs.items():  # SageMaker's own ignores them too (content_type...)
+            self.sagemaker_session.report_inert(
+                f"Predictor.{key}", f"Predictor({key}={value!r}) has no effect; the serializer "
+                "and deserializer set the content types")
+        self._report_component(component_name)
         self.serializer = serializer if serializer is not None else JSONSerializer()
         self.deserializer = deserializer if deserializer is not None else JSONDeserializer()
         self.component_name = component_name
@@ -85,6 +90,7 @@ class Predictor:
                 inference_id: str | None = None, custom_attributes: str | None = None,
                 component_name: str | None = None) -> Any:
         """Serialize *data*, POST it to ``/invocations`` and deserialize the answer."""
+        self._report_component(component_name)
         args = dict(initial_args or {})
         content_type = args.pop("ContentType", None) or self.content_type
         accept = args.pop("Accept", None) or ", ".join(self.accept)
@@ -102,6 +108,12 @@ class Predictor:
         response = self._post(body, headers)
         return self.deserializer.deserialize(io.BytesIO(response.content),
                                              response.headers.get("content-type", ""))
+
+    def _report_component(self, component_name: str | None) -> None:
+        if component_name is not None:  # an endpoint here serves one model, not components
+            self.sagemaker_session.report_inert(
+                "component_name", f"component_name={component_name!r} has no effect: a shoal "
+                "endpoint serves one model, without inference components")
 
     def delete_endpoint(self, delete_endpoint_config: bool = True) -> None:
         """Stop the endpoint's servers and remove it."""

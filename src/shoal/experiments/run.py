@@ -243,10 +243,14 @@ class Run:
                                      RunArtifact(name, value, media_type, bool(is_output)))
 
     def log_file(self, file_path: str | Path, name: str | None = None,
-                 media_type: str | None = None, is_output: bool = True) -> str:
+                 media_type: str | None = None, is_output: bool = True,
+                 extra_args: Mapping[str, Any] | None = None) -> str:
         """Upload a file to the artifact store and record it; return its URI.
 
         It is stored under ``experiments/<experiment>/<run>/<name>`` (name: the file's name).
+        *extra_args* are SageMaker's S3 upload arguments: a ``ContentType`` there is the
+        media type when none is given; the others (``ServerSideEncryption``...) have no
+        effect here and are reported once.
         """
         path = Path(file_path)
         if not path.is_file():
@@ -254,7 +258,14 @@ class Run:
                                        f"{path.resolve()})", path=str(path))
         name = name or path.name
         _check_artifact_name(name)
-        media_type = media_type or mimetypes.guess_type(path.name)[0]
+        extra = dict(extra_args or {})
+        media_type = media_type or extra.pop("ContentType", None) or \
+            mimetypes.guess_type(path.name)[0]
+        extra.pop("ContentType", None)
+        for key, value in extra.items():
+            self._session().report_inert(
+                f"log_file.{key}", f"log_file(extra_args={{{key!r}: {value!r}}}) has no effect: "
+                "the artifact store's own settings apply to the upload")
         uri = self._upload(name, path.read_bytes())
         self._metadata().add_run_artifact(self.experiment_name, self.run_name,
                                      RunArtifact(name, uri, media_type, bool(is_output)))
@@ -307,8 +318,9 @@ class Run:
 
 def load_run(run_name: str | None = None, experiment_name: str | None = None,
              sagemaker_session: Any = None, artifact_bucket: str | None = None,
-             artifact_prefix: str | None = None) -> Run:
-    """The run to log to (SageMaker's ``load_run``).
+             artifact_prefix: str | None = None,
+             tags: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None) -> Run:
+    """The run to log to (SageMaker's ``load_run``); *tags* are added to it.
 
     - With ``experiment_name`` and ``run_name``: resumes that run (it must exist); leaving
       its ``with`` block marks it Completed or Failed again.
@@ -336,7 +348,7 @@ def load_run(run_name: str | None = None, experiment_name: str | None = None,
             store.resume_run(run.experiment_name, run.run_name)
         run._started = True
         _context.track()
-        return run
+        return _tagged(run, tags)
     names = _context_names(experiment_name)
     run = Run(names[0], names[1], sagemaker_session=sagemaker_session,
               artifact_bucket=artifact_bucket, artifact_prefix=artifact_prefix)
@@ -346,10 +358,18 @@ def load_run(run_name: str | None = None, experiment_name: str | None = None,
         run._session_arg = sagemaker_session or open_here._session_arg
         run._started = True  # the open run exists: no read needed
         _context.track()
-        return run
+        return _tagged(run, tags)
     run._metadata().get_run(*names)  # a clear error if the run is gone
     run._started = True
     _context.track()
+    return _tagged(run, tags)
+
+
+def _tagged(run: Run, tags: Sequence[Mapping[str, str]] | Mapping[str, str] | None) -> Run:
+    """SageMaker's ``load_run(tags=...)``: the loaded run gets these tags too."""
+    checked = _tags(tags)
+    if checked:
+        run._metadata().set_run_tags(run.experiment_name, run.run_name, checked)
     return run
 
 

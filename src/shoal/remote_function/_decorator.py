@@ -9,15 +9,14 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any
 
 from shoal.remote_function._executor import _batchable
-from shoal.remote_function._options import RemoteOptions, is_ray
+from shoal.remote_function._options import UNSET, RemoteOptions, is_ray
 from shoal.remote_function._runs import link_to_run
 
 __all__ = ["remote"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _session(options: RemoteOptions) -> Any:
@@ -91,14 +90,32 @@ class _Progress:
         self._status.update(f"job {self._job}: {phase}")
 
 
-@overload
-def remote(_func: F) -> F: ...
-@overload
-def remote(_func: None = None, **kwargs: Any) -> Callable[[F], F]: ...
+def remote(
+        _func: Callable[..., Any] | None = None, *, dependencies: str | None = UNSET,
+        pre_execution_commands: list[str] | None = UNSET,
+        pre_execution_script: str | None = UNSET,
+        environment_variables: dict[str, str] | None = UNSET, image_uri: str | None = UNSET,
+        include_local_workdir: bool | None = UNSET, custom_file_filter: Any = UNSET,
+        instance_count: int = 1, instance_type: str | None = UNSET,
+        job_conda_env: str | None = UNSET, job_name_prefix: str | None = None,
+        keep_alive_period_in_seconds: int = 0, max_retry_attempts: int = 1,
+        max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
+        s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
+        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        subnets: list[str] | None = UNSET, tags: Any = UNSET,
+        volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
+        encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
+        use_spot_instances: bool = UNSET, max_wait_time_in_seconds: int | None = UNSET,
+        disable_output_compression: bool = False, use_torchrun: bool = False,
+        use_mpirun: bool = False, nproc_per_node: int | None = UNSET,
+        enable_session_tag_chaining: bool | None = UNSET, allow_cpu_fallback: bool = False,
+        stop_grace_period_in_seconds: float = 10.0) -> Any:
+    """Run each call of the function as a job (SageMaker's ``@remote``: its parameters, in its
+    order, then shoal's ``enable_session_tag_chaining`` (no effect, reported),
+    ``allow_cpu_fallback`` and ``stop_grace_period_in_seconds``).
 
-
-def remote(_func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-    """Run each call of the function as a job (SageMaker's ``@remote``, same arguments).
+    A parameter left out takes its value from the defaults config (``RemoteFunction`` in
+    ``config.yaml``), as in SageMaker.
 
     Example:
         >>> @remote(instance_type="ml.m5.large")   # doctest: +SKIP
@@ -107,7 +124,7 @@ def remote(_func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
         >>> divide(2, 3.0)                          # doctest: +SKIP
         0.6666666666666666
     """
-    options = RemoteOptions.from_kwargs(kwargs)
+    options = RemoteOptions.from_arguments(locals())
 
     def decorate(func: Callable[..., Any]) -> Any:
         @functools.wraps(func)

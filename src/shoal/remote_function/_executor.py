@@ -23,7 +23,7 @@ from typing import Any
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
-from shoal.remote_function._options import RemoteOptions, _backend_keep_alive, is_ray
+from shoal.remote_function._options import UNSET, RemoteOptions, _backend_keep_alive, is_ray
 from shoal.remote_function._runs import link_to_run
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
@@ -116,11 +116,34 @@ class RemoteExecutor(Executor):
         ...     futures = [e.submit(square, i) for i in range(4)]
     """
 
-    def __init__(self, *, max_parallel_jobs: int = 1, **kwargs: Any) -> None:
+    def __init__(
+            self, *, dependencies: str | None = UNSET,
+            pre_execution_commands: list[str] | None = UNSET,
+            pre_execution_script: str | None = UNSET,
+            environment_variables: dict[str, str] | None = UNSET,
+            image_uri: str | None = UNSET, include_local_workdir: bool | None = UNSET,
+            custom_file_filter: Any = UNSET, instance_count: int = 1,
+            instance_type: str | None = UNSET, job_conda_env: str | None = UNSET,
+            job_name_prefix: str | None = None, keep_alive_period_in_seconds: int = 0,
+            max_parallel_jobs: int = 1, max_retry_attempts: int = 1,
+            max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
+            s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
+            sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+            subnets: list[str] | None = UNSET, tags: Any = UNSET,
+            volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
+            encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
+            use_spot_instances: bool = UNSET, max_wait_time_in_seconds: int | None = UNSET,
+            disable_output_compression: bool = False, use_torchrun: bool = False,
+            use_mpirun: bool = False, nproc_per_node: int | None = UNSET,
+            enable_session_tag_chaining: bool | None = UNSET,
+            allow_cpu_fallback: bool = False,
+            stop_grace_period_in_seconds: float = 10.0) -> None:
+        """SageMaker's ``RemoteExecutor`` parameters, in its order (all keyword-only), then
+        shoal's own, as for ``@remote``."""
         if not isinstance(max_parallel_jobs, int) or max_parallel_jobs < 1:
             raise InvalidArgumentError(f"max_parallel_jobs must be a positive integer, got "
                                        f"{max_parallel_jobs!r}", argument="max_parallel_jobs")
-        self._options = RemoteOptions.from_kwargs(kwargs)
+        self._options = RemoteOptions.from_arguments(locals())
         self._max = max_parallel_jobs
         self._items: collections.deque[_Item | object] = collections.deque()
         self._workers: list[threading.Thread] = []

@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +16,7 @@ from typing import Any
 from shoal.core.clock import RandomIdFactory
 from shoal.core.jobs import JobKind, JobName, JobSpec
 from shoal.core.resources import resolve_instance_type
+from shoal.core.tags import normalise_tags as _normalise_tags
 from shoal.errors import InvalidArgumentError, ResourceUnavailableError
 from shoal.experiments import current_run_context
 from shoal.remote_function._checkpoint import find_checkpoint_location
@@ -69,7 +70,8 @@ _CONFIG_KEYS = {
 # Settings that mean something on SageMaker only: kept on the record, reported once.
 _INERT = ("image_uri", "role", "s3_kms_key", "s3_root_uri", "volume_kms_key", "subnets",
           "security_group_ids", "encrypt_inter_container_traffic", "volume_size",
-          "use_spot_instances", "max_wait_time_in_seconds")
+          "use_spot_instances", "max_wait_time_in_seconds", "disable_output_compression",
+          "enable_session_tag_chaining")
 # Features that arrive with later issues: refused clearly rather than ignored.
 _NOT_YET = {"spark_config": "a later issue", "use_mpirun": "a later issue"}
 
@@ -105,13 +107,24 @@ class RemoteOptions:
     spark_config: Any = UNSET
     use_spot_instances: Any = UNSET
     max_wait_time_in_seconds: Any = UNSET
+    disable_output_compression: bool = False
     use_torchrun: bool = False
     use_mpirun: bool = False
     nproc_per_node: Any = UNSET
-    disable_output_compression: bool = False
+    # shoal's own (enable_session_tag_chaining is SageMaker's Estimator's; accepted here too)
+    enable_session_tag_chaining: Any = UNSET
     allow_cpu_fallback: bool = False
     stop_grace_period_in_seconds: float = 10.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_arguments(cls, args: Mapping[str, Any]) -> RemoteOptions:
+        """The options from a signature that declares them all (``remote``,
+        ``RemoteExecutor``): *args* is its ``locals()``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        opts = cls(**{k: v for k, v in args.items() if k in names})
+        opts.validate()
+        return opts
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RemoteOptions:
@@ -325,24 +338,6 @@ class RemoteOptions:
             if k not in keys:
                 tags.append((k, v))
         return tuple(tags)
-
-
-def _normalise_tags(tags: Any) -> list[tuple[str, str]]:
-    if not tags:
-        return []
-    out = []
-    if isinstance(tags, Mapping):
-        return [(str(k), str(v)) for k, v in tags.items()]
-    if not isinstance(tags, Sequence):
-        raise InvalidArgumentError('tags must be a list of {"Key": ..., "Value": ...}')
-    for t in tags:
-        if isinstance(t, Mapping) and "Key" in t and "Value" in t:
-            out.append((str(t["Key"]), str(t["Value"])))
-        elif isinstance(t, tuple | list) and len(t) == 2:
-            out.append((str(t[0]), str(t[1])))
-        else:
-            raise InvalidArgumentError(f'tag {t!r} must be {{"Key": ..., "Value": ...}}')
-    return out
 
 
 _IMPORT_PATH: tuple[tuple[str, ...], list[str]] = ((), [])

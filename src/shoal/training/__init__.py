@@ -6,7 +6,8 @@ SageMaker's import paths work too: ``shoal.estimator``, ``shoal.pytorch``, ``sho
 
 from __future__ import annotations
 
-from shoal.training._estimator import Estimator, Framework, PyTorch, SKLearn, TrainingJob
+from shoal.training._estimator import Estimator, TrainingJob
+from shoal.training._frameworks import Framework, PyTorch, SKLearn
 from shoal.training._huggingface import HuggingFace
 from shoal.training._inputs import TrainingInput
 

@@ -8,9 +8,10 @@ runs the script with the ``SM_*`` contract (``shoal/jobs/_training.py``).
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import re
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -20,47 +21,39 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.clock import RandomIdFactory
-from shoal.core.experiments import job_owner
-from shoal.core.jobs import JobKind, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.inert import given, report_inert
+from shoal.core.jobs import JobKind, JobName, JobSpec, JobStatus
 from shoal.core.resources import resolve_instance_type
-from shoal.core.secrets import mask_env
-from shoal.errors import InvalidArgumentError, JobFailedError
+from shoal.core.tags import normalise_tags
+from shoal.errors import InvalidArgumentError
 from shoal.image_uris import parse_image_uri
-from shoal.remote_function._options import _normalise_tags, check_gpus
-from shoal.training._framework_env import (
-    check_py_version,
-    framework_requirements,
-    installed_version,
-    requirement_bounds,
-)
-from shoal.training._inputs import resolve_channels
-from shoal.training._models import FrameworkModelMaker
+from shoal.remote_function._options import check_gpus
+from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
+from shoal.training._inputs import check_input_mode, resolve_channels
+from shoal.training._job import TrainingJob
+from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
 
-__all__ = ["Estimator", "Framework", "PyTorch", "SKLearn", "TrainingJob"]
+__all__ = ["Estimator", "TrainingJob"]
 
-_FLAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _OPT_ML_CHECKPOINTS = "/opt/ml/checkpoints"
-# SageMaker settings with no meaning on this backend: kept on the record, reported once.
-_INERT = ("image_uri", "role", "volume_size", "volume_kms_key", "output_kms_key", "subnets",
-          "security_group_ids", "model_uri", "model_channel_name",
-          "encrypt_inter_container_traffic", "use_spot_instances", "max_wait",
-          "enable_network_isolation", "rules", "debugger_hook_config",
-          "tensorboard_output_config", "enable_sagemaker_metrics", "profiler_config",
-          "disable_profiler", "git_config", "container_log_level", "code_location",
-          "instance_groups", "training_repository_access_mode",
-          "training_repository_credentials_provider_arn", "enable_infra_check",
-          "container_entry_point", "container_arguments", "disable_output_compression",
-          "enable_remote_debug", "input_mode", "image_uri_region", "training_plan")
-_SAGEMAKER_STATUS = {
-    JobStatus.PENDING: "InProgress", JobStatus.STARTING: "InProgress",
-    JobStatus.RUNNING: "InProgress", JobStatus.STOPPING: "Stopping",
-    JobStatus.COMPLETED: "Completed", JobStatus.FAILED: "Failed", JobStatus.STOPPED: "Stopped",
-}
-_SECONDARY = {
-    JobStatus.PENDING: "Starting", JobStatus.STARTING: "Downloading",
-    JobStatus.RUNNING: "Training", JobStatus.STOPPING: "Stopping",
-    JobStatus.COMPLETED: "Completed", JobStatus.FAILED: "Failed", JobStatus.STOPPED: "Stopped",
+#: SageMaker settings with no meaning here, with SageMaker's defaults: a value other than the
+#: default (or None/False) is kept on the job record and reported once (shoal.core.inert).
+_INERT: dict[str, Any] = {
+    "image_uri": None, "role": None, "volume_kms_key": None, "output_kms_key": None,
+    "subnets": None, "security_group_ids": None, "encrypt_inter_container_traffic": None,
+    "use_spot_instances": False, "max_wait": None, "enable_network_isolation": None,
+    "rules": None, "debugger_hook_config": None, "tensorboard_output_config": None,
+    "profiler_config": None, "git_config": None, "container_log_level": logging.INFO,
+    "code_location": None, "instance_groups": None, "training_repository_access_mode": None,
+    "training_repository_credentials_provider_arn": None, "enable_infra_check": None,
+    "container_entry_point": None, "container_arguments": None,
+    "disable_output_compression": False, "enable_remote_debug": None,
+    "enable_session_tag_chaining": None, "training_plan": None,
+    "instance_placement_config": None,
+    # the framework estimators' own
+    "compiler_config": None, "training_recipe": None, "recipe_overrides": None,
+    "image_uri_region": None,
 }
 
 
@@ -70,8 +63,19 @@ def _session(given: Any) -> Any:
     return given if isinstance(given, Session) else current()
 
 
+def _passed(args: dict[str, Any], *drop: str) -> dict[str, Any]:
+    """A subclass's ``locals()`` as keyword arguments for its base's ``__init__``."""
+    return {k: v for k, v in args.items() if k not in ("self", "__class__", *drop)}
+
+
 class Estimator:
     """A script-mode training job, configured once and run with ``fit()``.
+
+    The parameters are SageMaker v2's ``Estimator``'s, in its order (``image_uri``, ``role``,
+    ``instance_count``, ``instance_type``, ...), then shoal's own keyword-only ones
+    (``distribution``, ``allow_cpu_fallback``). Settings with no meaning here (``role``,
+    ``subnets``, ``use_spot_instances``...) are kept on the job record and reported once;
+    docs/sagemaker-compat.md lists what each does.
 
     Example:
         >>> from shoal.estimator import Estimator                    # doctest: +SKIP
@@ -84,59 +88,81 @@ class Estimator:
 
     _framework: tuple[str, str] | None = None  # (distribution, version pin) of a framework
 
-    def __init__(self, image_uri: str | None = None, role: str | None = None,
-                 instance_count: int | None = 1, instance_type: str | None = None,
-                 keep_alive_period_in_seconds: int | None = None, volume_size: int = 30,
-                 max_run: int = 24 * 60 * 60, output_path: str | None = None,
-                 base_job_name: str | None = None, sagemaker_session: Any = None,
-                 hyperparameters: Mapping[str, Any] | None = None, tags: Any = None,
-                 metric_definitions: list[Mapping[str, str]] | None = None,
-                 checkpoint_s3_uri: str | None = None, checkpoint_local_path: str | None = None,
-                 environment: Mapping[str, str] | None = None,
-                 max_retry_attempts: int | None = None, source_dir: str | None = None,
-                 entry_point: str | None = None, dependencies: Any = None,
-                 distribution: Mapping[str, Any] | None = None,
-                 allow_cpu_fallback: bool = False, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - set(_INERT))
-        if unknown:
-            raise InvalidArgumentError(f"unknown Estimator argument(s) {', '.join(unknown)}",
-                                       arguments=unknown)
-        self.sagemaker_session = _session(sagemaker_session)
-        self.inert = {k: v for k, v in kwargs.items() if v not in (None, False)}
-        image = parse_image_uri(image_uri)  # image_uris.retrieve's URI names a framework
-        if image_uri and image is None:
-            self.inert["image_uri"] = image_uri
+    def __init__(
+            self, image_uri: str | None = None, role: str | None = None,
+            instance_count: int | None = 1, instance_type: str | None = None,
+            keep_alive_period_in_seconds: int | None = None, volume_size: int = 30,
+            volume_kms_key: str | None = None, max_run: int = 24 * 60 * 60,
+            input_mode: str = "File", output_path: str | None = None,
+            output_kms_key: str | None = None, base_job_name: str | None = None,
+            sagemaker_session: Any = None, hyperparameters: Mapping[str, Any] | None = None,
+            tags: Any = None, subnets: list[str] | None = None,
+            security_group_ids: list[str] | None = None, model_uri: str | None = None,
+            model_channel_name: str = "model",
+            metric_definitions: list[Mapping[str, str]] | None = None,
+            encrypt_inter_container_traffic: bool | None = None,
+            use_spot_instances: bool = False, max_wait: int | None = None,
+            checkpoint_s3_uri: str | None = None, checkpoint_local_path: str | None = None,
+            enable_network_isolation: bool | None = None, rules: Any = None,
+            debugger_hook_config: Any = None, tensorboard_output_config: Any = None,
+            enable_sagemaker_metrics: bool | None = None, profiler_config: Any = None,
+            disable_profiler: bool = False, environment: Mapping[str, str] | None = None,
+            max_retry_attempts: int | None = None, source_dir: str | None = None,
+            git_config: Mapping[str, str] | None = None,
+            container_log_level: int = logging.INFO, code_location: str | None = None,
+            entry_point: str | None = None, dependencies: Any = None,
+            instance_groups: Any = None, training_repository_access_mode: str | None = None,
+            training_repository_credentials_provider_arn: str | None = None,
+            container_entry_point: list[str] | None = None,
+            container_arguments: list[str] | None = None,
+            disable_output_compression: bool = False, enable_infra_check: bool | None = None,
+            enable_remote_debug: bool | None = None,
+            enable_session_tag_chaining: bool | None = None, training_plan: str | None = None,
+            instance_placement_config: Any = None, *,
+            distribution: Mapping[str, Any] | None = None,
+            allow_cpu_fallback: bool = False) -> None:
+        self._configure(_passed(locals()))
+
+    def _configure(self, a: dict[str, Any]) -> None:
+        """Check and keep every setting (``a``: the constructor's arguments by name)."""
+        self.sagemaker_session = _session(a["sagemaker_session"])
+        self.inert = given(a, _INERT)
+        image = parse_image_uri(a["image_uri"])  # image_uris.retrieve's URI names a framework
+        if image is not None:
+            self.inert.pop("image_uri", None)
         self._framework = self._framework or (image.requirement if image else None)
-        if role:
-            self.inert["role"] = role
-        self.entry_point, self.source_dir = _check_code(entry_point, source_dir)
-        self.hyperparameters_ = _check_hyperparameters(hyperparameters)
-        self.metric_definitions = _check_metrics(metric_definitions)
-        self.instance_count = _positive(instance_count or 1, "instance_count")
-        self.instance_type = instance_type or "local"
+        self.entry_point, self.source_dir = check_code(a["entry_point"], a["source_dir"])
+        self.hyperparameters_ = check_hyperparameters(a["hyperparameters"])
+        self.metric_definitions = check_metrics(a["metric_definitions"])
+        self.instance_count = positive(a["instance_count"] or 1, "instance_count")
+        self.instance_type = a["instance_type"] or "local"
         self._itype = resolve_instance_type(self.instance_type)
-        self.allow_cpu_fallback = allow_cpu_fallback
+        self.allow_cpu_fallback = a["allow_cpu_fallback"]
         self._gpu_note = self._check_gpus()
-        self.max_run = _positive(max_run, "max_run")
-        self.max_retry_attempts = _positive(max_retry_attempts or 1, "max_retry_attempts")
-        keep = keep_alive_period_in_seconds or 0
+        self.max_run = positive(a["max_run"], "max_run")
+        self.max_retry_attempts = positive(a["max_retry_attempts"] or 1, "max_retry_attempts")
+        keep = a["keep_alive_period_in_seconds"] or 0
         if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= 3600:
             raise InvalidArgumentError("keep_alive_period_in_seconds must be an integer from 0 "
                                        f"to 3600, got {keep!r}",
                                        argument="keep_alive_period_in_seconds")
         self.keep_alive_period_in_seconds = keep
-        self.output_path = output_path.rstrip("/") if output_path else None
-        self.base_job_name = base_job_name
-        self.tags = tuple(_normalise_tags(tags))
-        env = dict(environment or {})
+        self.volume_size = positive(a["volume_size"], "volume_size")
+        self.input_mode = check_input_mode(a["input_mode"] or "File")
+        self.output_path = a["output_path"].rstrip("/") if a["output_path"] else None
+        self.base_job_name = a["base_job_name"]
+        self.tags = tuple(normalise_tags(a["tags"]))
+        env = dict(a["environment"] or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise InvalidArgumentError("environment must map str to str", argument="environment")
         self.environment = env
-        self.checkpoint_s3_uri = checkpoint_s3_uri.rstrip("/") if checkpoint_s3_uri else None
-        self.checkpoint_local_path = checkpoint_local_path
-        self.dependencies = dependencies
+        self.model_uri, self.model_channel_name = a["model_uri"], a["model_channel_name"]
+        cp = a["checkpoint_s3_uri"]
+        self.checkpoint_s3_uri = cp.rstrip("/") if cp else None
+        self.checkpoint_local_path = a["checkpoint_local_path"]
+        self.dependencies = a["dependencies"]
         self._requirements = self._requirements_file()
-        self.distribution = dict(distribution or {})
+        self.distribution = dict(a["distribution"] or {})
         self._ranks = self._check_distribution()
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
@@ -186,7 +212,7 @@ class Estimator:
         return dict(self.hyperparameters_)
 
     def set_hyperparameters(self, **kwargs: Any) -> None:
-        self.hyperparameters_ = _check_hyperparameters({**self.hyperparameters_, **kwargs})
+        self.hyperparameters_ = check_hyperparameters({**self.hyperparameters_, **kwargs})
 
     @property
     def _output_root(self) -> str:
@@ -208,14 +234,17 @@ class Estimator:
                                        "Estimator.attach(job_name)")
         return self.latest_training_job
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = "All",
             job_name: str | None = None, experiment_config: Mapping[str, str] | None = None
             ) -> None:
-        """Check the inputs, submit the training job and (with *wait*) follow it to its end."""
-        channels = resolve_channels(inputs)
+        """Check the inputs, submit the training job and (with *wait*) follow it to its end,
+        printing its log unless *logs* is False or ``"None"``."""
+        channels = resolve_channels(self._with_model_channel(inputs),
+                                    input_mode=self.input_mode)
         session = self.sagemaker_session
         name = self._job_name(job_name)
         run = self._run_context(experiment_config)
+        self._check_volume(session)
         with tempfile.TemporaryDirectory(prefix="shoal-src-") as tmp:
             archive = Path(tmp) / "sourcedir.tar.gz"
             self._pack(archive)
@@ -230,7 +259,34 @@ class Estimator:
         self.latest_training_job = TrainingJob(self, record.name)
         self._current_job_name = record.name
         if wait:
-            self.latest_training_job.wait(logs=bool(logs))
+            self.latest_training_job.wait(logs=logs not in (False, None, "None"))
+
+    def _with_model_channel(self, inputs: Any) -> Any:
+        """SageMaker's ``model_uri``: one more channel, ``model_channel_name`` ("model")."""
+        if not self.model_uri:
+            return inputs
+        if inputs is None:
+            inputs = {}
+        elif not isinstance(inputs, dict):
+            inputs = {"training": inputs}
+        if self.model_channel_name in inputs:
+            raise InvalidArgumentError(
+                f"channel {self.model_channel_name!r} is given twice: by model_uri and in fit()'s"
+                " inputs; rename one (model_channel_name=...)", channel=self.model_channel_name)
+        return {**inputs, self.model_channel_name: self.model_uri}
+
+    def _check_volume(self, session: Any) -> None:
+        """SageMaker's ``volume_size`` (GB) is a disk of the job's own; here the job shares the
+        session's disk, so a size larger than what is free there is reported once."""
+        if self.volume_size == 30:  # SageMaker's default: nobody asked for anything
+            return
+        home = Path(session.home)
+        where = home if home.exists() else Path.cwd()
+        free_gb = shutil.disk_usage(where).free / 1e9
+        if free_gb < self.volume_size:
+            session.report_inert("volume_size", f"volume_size={self.volume_size} GB: only "
+                                 f"{free_gb:.0f} GB are free under {where}, the disk this "
+                                 "job's data, checkpoints and output share")
 
     def _job_name(self, given: str | None) -> str:
         if given is not None:
@@ -288,6 +344,9 @@ class Estimator:
 
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
               run: dict[str, str] | None, requirements: str | None) -> JobSpec:
+        inert = dict(self.inert)  # and the channels' own (TrainingInput(hub_access_config=...))
+        for channel in channels.values():
+            inert.update(channel.pop("inert", {}))
         training = {
             "entry_point": Path(self.entry_point).as_posix() if self.source_dir else
             Path(self.entry_point).name,
@@ -299,8 +358,8 @@ class Estimator:
             "checkpoint_uri": self.checkpoint_s3_uri,
             "checkpoint_s3_uri": self.checkpoint_s3_uri,
             "checkpoint_local_path": self.checkpoint_local_path or _OPT_ML_CHECKPOINTS,
-            "instance_count": self.instance_count,
-            "distribution_config": self.distribution,
+            "instance_count": self.instance_count, "volume_size": self.volume_size,
+            "input_mode": self.input_mode, "distribution_config": self.distribution,
             "framework": list(self._framework) if self._framework else None,
             "framework_module": self._framework_module(),
             "estimator": type(self).__name__,
@@ -317,11 +376,7 @@ class Estimator:
             extra["run"] = run
         if self._gpu_note:
             extra["gpu_fallback"] = self._gpu_note
-        for key, value in self.inert.items():
-            self.sagemaker_session.report_inert(
-                key, f"{key}={value!r} has no effect on the "
-                     f"{self.sagemaker_session.settings.backend} backend; it is kept on the job "
-                     "record")
+        report_inert(session.report_inert, inert, session.settings.backend, "job")
         deps = None
         if requirements is not None:
             deps = str(self._requirements or (self.source_dir or Path.cwd()) / "requirements.txt")
@@ -335,7 +390,7 @@ class Estimator:
             max_runtime_in_seconds=self.max_run, max_retry_attempts=self.max_retry_attempts,
             keep_alive_period_in_seconds=self.keep_alive_period_in_seconds, tags=self.tags,
             python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
-            inert_settings=dict(self.inert), extra=extra)
+            inert_settings=dict(inert), extra=extra)
 
     def _framework_module(self) -> str:
         return ""
@@ -367,6 +422,9 @@ class Estimator:
         est.max_run = record.spec.max_runtime_in_seconds
         est.max_retry_attempts = record.spec.max_retry_attempts
         est.keep_alive_period_in_seconds = record.spec.keep_alive_period_in_seconds
+        est.volume_size = int(cfg.get("volume_size", 30))
+        est.input_mode = str(cfg.get("input_mode", "File"))
+        est.model_uri, est.model_channel_name = None, model_channel_name
         est.output_path = cfg.get("output_path")
         est.base_job_name = None
         est.tags = record.spec.tags
@@ -390,267 +448,73 @@ class Estimator:
     def stop(self) -> None:
         self._require_job().stop()
 
-    def deploy(self, initial_instance_count: int | None = None,
-               instance_type: str | None = None, serializer: Any = None,
-               deserializer: Any = None, endpoint_name: str | None = None,
-               wait: bool = True, **kwargs: Any) -> Any:
-        """Serve the latest training job's ``model_data`` on an endpoint (named after the job
-        unless *endpoint_name* is given); return its ``Predictor``. ``entry_point``,
-        ``source_dir``, ``dependencies``, ``env`` and ``model_name`` go to the ``Model``; the
-        rest to ``Model.deploy`` (``batching``, ``port``...)."""
+    def create_model(self, role: str | None = None, image_uri: str | None = None,
+                     predictor_cls: Any = None, vpc_config_override: Any = VPC_CONFIG_DEFAULT,
+                     *, entry_point: str | None = None, source_dir: str | None = None,
+                     dependencies: Any = None, env: Mapping[str, str] | None = None,
+                     name: str | None = None, model_server_workers: int | None = None) -> Any:
+        """A ``Model`` of the latest training job's ``model_data`` (SageMaker's
+        ``Estimator.create_model``); *entry_point* / *source_dir* become its inference code."""
         from shoal.endpoints import Model
 
-        model_args = {k: kwargs.pop(k) for k in ("entry_point", "source_dir", "dependencies",
-                                                 "env", "predictor_cls") if k in kwargs}
-        kwargs.pop("use_compiled_model", None)
-        model = Model(self.model_data, name=kwargs.pop("model_name", None),
-                      sagemaker_session=self.sagemaker_session, **model_args)
-        return model.deploy(initial_instance_count, instance_type, serializer, deserializer,
-                            endpoint_name=endpoint_name or self._require_job().name,
-                            wait=wait, **kwargs)
+        return Model(image_uri, self.model_data, role, predictor_cls, env, name,
+                     vpc_config(vpc_config_override), self.sagemaker_session,
+                     source_dir=source_dir, entry_point=entry_point, dependencies=dependencies,
+                     model_server_workers=model_server_workers)
+
+    def deploy(self, initial_instance_count: int | None = None,
+               instance_type: str | None = None, serializer: Any = None,
+               deserializer: Any = None, accelerator_type: str | None = None,
+               endpoint_name: str | None = None, use_compiled_model: bool = False,
+               wait: bool = True, model_name: str | None = None, kms_key: str | None = None,
+               data_capture_config: Any = None, tags: Any = None,
+               serverless_inference_config: Any = None, async_inference_config: Any = None,
+               volume_size: int | None = None, model_data_download_timeout: int | None = None,
+               container_startup_health_check_timeout: int | None = None,
+               inference_recommendation_id: str | None = None, explainer_config: Any = None,
+               *, role: str | None = None, image_uri: str | None = None,
+               predictor_cls: Any = None, vpc_config_override: Any = VPC_CONFIG_DEFAULT,
+               entry_point: str | None = None, source_dir: str | None = None,
+               dependencies: Any = None, env: Mapping[str, str] | None = None,
+               model_server_workers: int | None = None,
+               accept_eula: bool | None = None, endpoint_logging: bool = False,
+               resources: Any = None, endpoint_type: Any = None,
+               managed_instance_scaling: Mapping[str, Any] | None = None,
+               inference_component_name: str | None = None, routing_config: Any = None,
+               model_reference_arn: str | None = None, inference_ami_version: str | None = None,
+               batching: Any = None, port: int | None = None) -> Any:
+        """Serve the latest training job's ``model_data`` on an endpoint (named after the job
+        unless *endpoint_name* is given); return its ``Predictor``.
+
+        SageMaker's parameters in its order; the keyword-only ones are what SageMaker passes on
+        to ``create_model()`` (``role``, ``entry_point``, ``source_dir``, ``dependencies``,
+        ``env``...) and to ``Model.deploy`` (``managed_instance_scaling``...), then shoal's
+        ``batching`` and ``port``. The estimator's ``tags`` apply when none are given."""
+        if use_compiled_model:
+            raise InvalidArgumentError(
+                "use_compiled_model=True deploys a model made by compile_model() (SageMaker Neo),"
+                " which shoal does not provide; deploy the trained model without it",
+                argument="use_compiled_model")
+        given = {"role": role, "image_uri": image_uri, "predictor_cls": predictor_cls,
+                 "entry_point": entry_point, "source_dir": source_dir,
+                 "dependencies": dependencies, "env": env, "name": model_name,
+                 "model_server_workers": model_server_workers}
+        # by name: a framework estimator's create_model() has its own order (PyTorch's)
+        model = self.create_model(vpc_config_override=vpc_config_override,
+                                  **{k: v for k, v in given.items() if v is not None})
+        return model.deploy(
+            initial_instance_count, instance_type, serializer, deserializer, accelerator_type,
+            endpoint_name or self._require_job().name, tags or list(self.tags) or None,
+            kms_key, wait, data_capture_config, async_inference_config,
+            serverless_inference_config, volume_size, model_data_download_timeout,
+            container_startup_health_check_timeout, inference_recommendation_id,
+            explainer_config, accept_eula, endpoint_logging, resources, endpoint_type,
+            managed_instance_scaling, inference_component_name, routing_config,
+            model_reference_arn, inference_ami_version, batching=batching, port=port)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(entry_point={self.entry_point!r}, "
                 f"instance_type={self.instance_type!r}, instance_count={self.instance_count})")
-
-
-class TrainingJob:
-    """SageMaker's ``_TrainingJob``: the job behind ``estimator.latest_training_job``."""
-
-    def __init__(self, estimator: Estimator, job_name: str) -> None:
-        self.estimator = estimator
-        self.name = self.job_name = job_name
-        self._session = estimator.sagemaker_session
-
-    def record(self) -> JobRecord:
-        return self._session.jobs.get(self.name)
-
-    @property
-    def model_data(self) -> str:
-        cfg = self.record().spec.extra.get("training") or {}
-        root = cfg.get("output_path") or cfg.get("output_root") or self._session.artifacts.root
-        return f"{str(root).rstrip('/')}/{self.name}/output/model.tar.gz"
-
-    def wait(self, logs: bool = True) -> JobRecord:
-        """Follow the job to its end; raise JobFailedError (naming it) unless it completed."""
-        out = sys.stdout
-
-        def show(chunk: bytes) -> None:
-            out.write(chunk.decode(errors="replace"))
-            out.flush()
-
-        record = self._session.jobs.wait(self.name, on_output=show if logs else None)
-        if record.status == JobStatus.COMPLETED:
-            return record
-        log = self._session.jobs.log_uri(self.name)
-        raise JobFailedError(
-            f"training job {self.name} {record.status}: {record.failure_reason or ''}".rstrip()
-            + f"\nLog: {log}", job=self.name, log_uri=log, reason=record.failure_reason,
-            status=str(record.status), exit_code=record.exit_code)
-
-    def stop(self) -> None:
-        self._session.jobs.cancel(self.name)
-
-    def describe(self) -> dict[str, Any]:
-        """The job in the shape of SageMaker's DescribeTrainingJob."""
-        record = self.record()
-        spec = record.spec
-        cfg = spec.extra.get("training") or {}
-        out: dict[str, Any] = {
-            "TrainingJobName": record.name,
-            "TrainingJobStatus": _SAGEMAKER_STATUS[record.status],
-            "SecondaryStatus": _SECONDARY[record.status],
-            "HyperParameters": {k: v if isinstance(v, str) else json.dumps(v)
-                                for k, v in (cfg.get("hyperparameters") or {}).items()},
-            "AlgorithmSpecification": {"TrainingInputMode": "File",
-                                       "MetricDefinitions": cfg.get("metric_definitions") or []},
-            "InputDataConfig": [{"ChannelName": n, "DataSource": {"S3DataSource": {
-                "S3Uri": c["uri"], "S3DataType": "S3Prefix",
-                "S3DataDistributionType": c.get("distribution") or "FullyReplicated"}}}
-                for n, c in (cfg.get("channels") or {}).items()],
-            "OutputDataConfig": {"S3OutputPath": cfg.get("output_path") or cfg.get(
-                "output_root")},
-            "ResourceConfig": {"InstanceType": spec.instance_type,
-                               "InstanceCount": cfg.get("instance_count", 1)},
-            "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_runtime_in_seconds},
-            "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
-            "Environment": mask_env(spec.environment_variables),
-            "CreationTime": record.created_at,
-            "LastModifiedTime": record.updated_at,
-            "Tags": [{"Key": k, "Value": v} for k, v in spec.tags],
-        }
-        if record.started_at:
-            out["TrainingStartTime"] = record.started_at
-        if record.ended_at:
-            out["TrainingEndTime"] = record.ended_at
-        if record.duration_seconds is not None:
-            out["TrainingTimeInSeconds"] = int(round(record.duration_seconds))
-        if record.failure_reason:
-            out["FailureReason"] = record.failure_reason
-        if record.status == JobStatus.COMPLETED:
-            out["ModelArtifacts"] = {"S3ModelArtifacts": self.model_data}
-        if cfg.get("checkpoint_s3_uri"):
-            out["CheckpointConfig"] = {"S3Uri": cfg["checkpoint_s3_uri"],
-                                       "LocalPath": cfg.get("checkpoint_local_path")}
-        run = spec.extra.get("run")
-        if run:
-            out["ExperimentConfig"] = {"ExperimentName": run["experiment_name"],
-                                       "RunName": run["run_name"]}
-        last: dict[str, Any] = {}
-        for p in self._session.metadata.get_metrics(job_owner(record.name)):
-            last[p.name] = p
-        out["FinalMetricDataList"] = [
-            {"MetricName": n, "Value": p.value, "Timestamp": datetime.fromtimestamp(
-                p.timestamp, UTC)} for n, p in sorted(last.items())]
-        return out
-
-
-class Framework(Estimator):
-    """An estimator whose job environment resolves as SageMaker's container for
-    ``framework_version`` would, on the client's Python (``training/_framework_env.py``)."""
-
-    _dist = ""
-    _framework_name = ""
-
-    def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
-                 py_version: str | None = None, source_dir: str | None = None,
-                 hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
-                 distribution: Mapping[str, Any] | None = None, *,
-                 strict_versions: bool | None = None, **kwargs: Any) -> None:
-        installed = installed_version(self._dist)
-        self.framework_version = framework_version or (installed.split("+")[0] if installed
-                                                       else None)
-        if self.framework_version is None:
-            raise InvalidArgumentError(
-                f"{type(self).__name__} needs framework_version= ({self._dist} is not installed "
-                "here to default to)", argument="framework_version")
-        super().__init__(entry_point=entry_point, source_dir=source_dir,
-                         hyperparameters=hyperparameters, image_uri=image_uri,
-                         distribution=distribution, **kwargs)
-        settings = self.sagemaker_session.settings
-        self.strict_versions = bool(getattr(settings, "strict_versions", False)
-                                    if strict_versions is None else strict_versions)
-        py_note = check_py_version(py_version, framework=self._framework_name,
-                                   version=self.framework_version, strict=self.strict_versions)
-        self._py_notice: tuple[str, ...] = (py_note,) if py_note else ()
-        self._framework_notices = self._py_notice
-        self.py_version = py_version or f"py{sys.version_info.major}{sys.version_info.minor}"
-        _, release, _ = requirement_bounds(self._framework_name, self._dist,
-                                           self.framework_version)
-        self._framework = (self._dist, release)
-
-    def _framework_requirements(self, user: str | None) -> tuple[list[str], bool]:
-        lines, build, notices = framework_requirements(
-            self._framework_name, self._dist, self.framework_version, user,
-            strict=self.strict_versions,
-            cache_dir=self.sagemaker_session.settings.home / "envs" / "framework-releases")
-        self._framework_notices = (*self._py_notice, *notices)
-        return lines, build
-
-
-class PyTorch(FrameworkModelMaker, Framework):
-    """``sagemaker.pytorch.PyTorch``: the job's environment has ``torch==framework_version``;
-    ``create_model()`` returns a ``PyTorchModel``."""
-
-    _dist = "torch"
-    _framework_name = "pytorch"
-
-    def _model_class(self) -> type[Any]:
-        from shoal.endpoints._framework_models import PyTorchModel
-
-        return PyTorchModel
-
-    def _framework_module(self) -> str:
-        return "sagemaker_pytorch_container.training:main"
-
-
-class SKLearn(FrameworkModelMaker, Framework):
-    """``sagemaker.sklearn.SKLearn``; ``framework_version`` "1.2-1" pins scikit-learn 1.2.*;
-    ``create_model()`` returns an ``SKLearnModel``."""
-
-    _dist = "scikit-learn"
-    _framework_name = "sklearn"
-
-    def _model_class(self) -> type[Any]:
-        from shoal.endpoints._framework_models import SKLearnModel
-
-        return SKLearnModel
-
-    def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
-                 py_version: str | None = "py3", source_dir: str | None = None,
-                 hyperparameters: Mapping[str, Any] | None = None, image_uri: str | None = None,
-                 *, strict_versions: bool | None = None, **kwargs: Any) -> None:
-        if kwargs.get("instance_count", 1) not in (1, None):
-            raise InvalidArgumentError("SKLearn trains on one instance (as on SageMaker); use "
-                                       "instance_count=1", argument="instance_count")
-        super().__init__(entry_point=entry_point, framework_version=framework_version,
-                         py_version=py_version, source_dir=source_dir,
-                         hyperparameters=hyperparameters, image_uri=image_uri,
-                         strict_versions=strict_versions, **kwargs)
-
-    def _framework_module(self) -> str:
-        return "sagemaker_sklearn_container.training:main"
-
-
-# --- checks ------------------------------------------------------------------------------
-
-def _positive(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}",
-                                   argument=name)
-    return value
-
-
-def _check_code(entry_point: str | None, source_dir: str | None) -> tuple[str, Path | None]:
-    if not entry_point:
-        raise InvalidArgumentError("entry_point is required: the training script to run, e.g. "
-                                   "entry_point='train.py' (relative to source_dir when given)",
-                                   argument="entry_point")
-    from shoal.endpoints._model import check_code
-
-    checked, src = check_code(entry_point, source_dir)
-    return str(checked), src
-
-
-def _check_hyperparameters(hps: Mapping[str, Any] | None) -> dict[str, Any]:
-    if hps is None:
-        return {}
-    if not isinstance(hps, Mapping):
-        raise InvalidArgumentError("hyperparameters must be a dict", argument="hyperparameters")
-    for key, value in hps.items():
-        if not isinstance(key, str) or not _FLAG.match(key):
-            raise InvalidArgumentError(
-                f"hyperparameter name {key!r} cannot be a command-line flag (--{key}); use "
-                "letters, digits, '_', '-' or '.', starting with a letter or '_'",
-                argument="hyperparameters", key=str(key))
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgumentError(f"hyperparameter {key!r}: value {value!r} is not JSON "
-                                       f"serializable ({e})", key=key) from e
-    return dict(hps)
-
-
-def _check_metrics(defs: list[Mapping[str, str]] | None) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
-    for d in defs or ():
-        if not isinstance(d, Mapping) or not isinstance(d.get("Name"), str) or not d["Name"] \
-                or not isinstance(d.get("Regex"), str):
-            raise InvalidArgumentError(
-                f'metric definition {d!r} must be {{"Name": "...", "Regex": "..."}}',
-                argument="metric_definitions")
-        try:
-            compiled = re.compile(d["Regex"])
-        except re.error as e:
-            raise InvalidArgumentError(
-                f"metric {d['Name']!r}: regex {d['Regex']!r} does not compile: {e}",
-                argument="metric_definitions", metric=d["Name"]) from e
-        if compiled.groups < 1:
-            raise InvalidArgumentError(
-                f"metric {d['Name']!r}: regex {d['Regex']!r} needs a capture group around the "
-                "value, e.g. 'loss=([0-9.]+)'", argument="metric_definitions", metric=d["Name"])
-        out.append({"Name": d["Name"], "Regex": d["Regex"]})
-    return out
 
 
 def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

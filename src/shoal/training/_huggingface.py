@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.errors import InvalidArgumentError
-from shoal.training._estimator import Framework
 from shoal.training._framework_env import installed_matches, pin_for
+from shoal.training._frameworks import Framework
 
 __all__ = ["HuggingFace"]
 

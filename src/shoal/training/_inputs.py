@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal.core.inert import given
 from shoal.errors import InvalidArgumentError
 
-__all__ = ["TrainingInput", "resolve_channels"]
+__all__ = ["TrainingInput", "check_input_mode", "resolve_channels"]
+
+_INERT_INPUT = ("hub_access_config", "model_access_config", "shuffle_config", "instance_groups",
+                "attribute_names", "target_attribute_name", "compression")
 
 _CHANNEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -26,18 +31,23 @@ class TrainingInput:
                  record_wrapping: str | None = None, s3_data_type: str = "S3Prefix",
                  instance_groups: Any = None, input_mode: str | None = None,
                  attribute_names: Any = None, target_attribute_name: Any = None,
-                 shuffle_config: Any = None) -> None:
+                 shuffle_config: Any = None, hub_access_config: Mapping[str, Any] | None = None,
+                 model_access_config: Mapping[str, Any] | None = None) -> None:
         self.s3_data = os.fspath(s3_data)
         self.distribution = distribution or "FullyReplicated"
         self.compression = compression
         self.content_type = content_type
         self.record_wrapping = record_wrapping
         self.s3_data_type = s3_data_type
-        self.input_mode = input_mode or "File"
-        if self.input_mode not in ("File", "FastFile"):
-            raise InvalidArgumentError(
-                f"input_mode={self.input_mode!r} is not supported; use 'File' (the data is "
-                "staged before the script starts) or 'FastFile'", argument="input_mode")
+        self.input_mode = check_input_mode(input_mode) if input_mode else None
+        #: SageMaker settings with no effect here (JumpStart hub and EULA access, S3
+        #: shuffling...): kept on the job record and reported once by ``fit()``.
+        self.inert = given({"hub_access_config": hub_access_config,
+                            "model_access_config": model_access_config,
+                            "shuffle_config": shuffle_config, "instance_groups": instance_groups,
+                            "attribute_names": attribute_names,
+                            "target_attribute_name": target_attribute_name,
+                            "compression": compression}, dict.fromkeys(_INERT_INPUT))
         self.config = {"DataSource": {"S3DataSource": {
             "S3DataType": s3_data_type, "S3Uri": self.s3_data,
             "S3DataDistributionType": self.distribution}}}
@@ -48,14 +58,25 @@ class TrainingInput:
         return f"TrainingInput({self.s3_data!r})"
 
 
+def check_input_mode(mode: str) -> str:
+    """SageMaker's ``input_mode``: "File" and "FastFile" (the data is staged before the script
+    starts) work; "Pipe" (a FIFO stream) is not provided."""
+    if mode not in ("File", "FastFile"):
+        raise InvalidArgumentError(
+            f"input_mode={mode!r} is not supported; use 'File' (the data is staged before the "
+            "script starts) or 'FastFile'", argument="input_mode")
+    return mode
+
+
 def _as_uri(where: str) -> str:
     if "://" in where:
         return where
     return Path(where).expanduser().resolve().as_uri()
 
 
-def resolve_channels(inputs: Any) -> dict[str, dict[str, Any]]:
-    """``fit(inputs)`` → ``{channel: {"uri", ...}}``; every channel is checked to exist now."""
+def resolve_channels(inputs: Any, input_mode: str = "File") -> dict[str, dict[str, Any]]:
+    """``fit(inputs)`` → ``{channel: {"uri", ...}}``; every channel is checked to exist now.
+    *input_mode* is the estimator's, for channels that do not set their own."""
     if inputs is None:
         return {}
     if isinstance(inputs, (str, os.PathLike, TrainingInput)):
@@ -78,10 +99,12 @@ def resolve_channels(inputs: Any) -> dict[str, dict[str, Any]]:
         _check_exists(name, uri)
         channels[name] = {
             "uri": uri, "content_type": ti.content_type if ti else None,
-            "input_mode": ti.input_mode if ti else "File",
+            "input_mode": (ti.input_mode if ti else None) or input_mode,
             "distribution": ti.distribution if ti else "FullyReplicated",
             "record_wrapping": ti.record_wrapping if ti else None,
         }
+        if ti is not None and ti.inert:
+            channels[name]["inert"] = dict(ti.inert)
     return channels
 
 
