@@ -24,6 +24,7 @@ from shoal.deserializers import JSONDeserializer, NumpyDeserializer
 from shoal.errors import InvalidArgumentError
 from shoal.estimator import Estimator
 from shoal.experiments.run import Run, load_run
+from shoal.inputs import TrainingInput
 from shoal.model import Model
 from shoal.predictor import Predictor
 from shoal.remote_function import remote
@@ -158,12 +159,17 @@ def test_framework_estimator_by_position_and_its_no_effect_settings(session, tmp
         est = SKLearn("train.py", sklearn, "py3", str(src), {"n-estimators": 7}, None,
                       "us-west-2", role=ROLE, instance_type="ml.m5.large",
                       disable_output_compression=True)
-        est.fit(logs=False)
+        # a JumpStart-style channel: model_access_config has no effect here
+        est.fit({"train": TrainingInput(str(src), model_access_config={"AcceptEula": True})},
+                logs=False)
     record = session.jobs.get(est.latest_training_job.name)
     assert record.spec.extra["training"]["hyperparameters"] == {"n-estimators": 7}
     assert record.spec.inert_settings == {"role": ROLE, "disable_output_compression": True,
-                                          "image_uri_region": "us-west-2"}
+                                          "image_uri_region": "us-west-2",
+                                          "model_access_config": {"AcceptEula": True}}
+    assert "inert" not in record.spec.extra["training"]["channels"]["train"]
     assert len(_reports(caplog, "image_uri_region")) == 1
+    assert len(_reports(caplog, "model_access_config")) == 1
 
 
 def test_estimator_pipe_mode_and_a_bad_volume_size_are_refused_clearly(session, tmp_path):
