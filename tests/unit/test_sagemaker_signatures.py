@@ -20,12 +20,12 @@ import pytest
 import shoal
 from shoal.estimator import Estimator, Framework
 from shoal.experiments.run import Run, load_run
-from shoal.model import Model
+from shoal.model import FrameworkModel, Model
 from shoal.predictor import Predictor
-from shoal.pytorch import PyTorch
+from shoal.pytorch import PyTorch, PyTorchModel
 from shoal.remote_function import RemoteExecutor, remote
 from shoal.remote_function._options import UNSET, RemoteOptions
-from shoal.sklearn import SKLearn
+from shoal.sklearn import SKLearn, SKLearnModel
 
 POK = inspect.Parameter.POSITIONAL_OR_KEYWORD
 KW = inspect.Parameter.KEYWORD_ONLY
@@ -48,6 +48,12 @@ _ESTIMATOR_BASE_REST = (
 _FRAMEWORK_REST = (
     "container_log_level", "code_location", "dependencies", "enable_network_isolation",
     "git_config", "checkpoint_s3_uri", "checkpoint_local_path", "enable_sagemaker_metrics")
+# Model.__init__'s parameters that FrameworkModel passes on by **kwargs.
+_MODEL_REST = ("vpc_config", "enable_network_isolation", "model_kms_key", "image_config",
+               "resources", "additional_model_data_sources", "model_reference_arn")
+# FrameworkModel.__init__'s that SKLearnModel / PyTorchModel pass on.
+_FRAMEWORK_MODEL_REST = ("source_dir", "env", "name", "container_log_level", "code_location",
+                         "sagemaker_session", "dependencies", "git_config")
 _REMOTE = (
     "dependencies", "pre_execution_commands", "pre_execution_script", "environment_variables",
     "image_uri", "include_local_workdir", "custom_file_filter", "instance_count",
@@ -132,6 +138,19 @@ TABLE: dict[str, tuple[Callable[..., Any], Sig]] = {
         # JumpStartModel's and the framework models' (PyTorchModel, SKLearnModel)
         shoal=("inference_config_name", "framework_version", "py_version",
                "model_server_workers"))),
+    "FrameworkModel.__init__": (FrameworkModel.__init__, Sig((
+        "model_data", "image_uri", "role", "entry_point", "source_dir", "predictor_cls", "env",
+        "name", "container_log_level", "code_location", "sagemaker_session", "dependencies",
+        "git_config"), passed_on=_MODEL_REST,
+        shoal=("framework_version", "py_version", "model_server_workers"))),
+    "SKLearnModel.__init__": (SKLearnModel.__init__, Sig((
+        "model_data", "role", "entry_point", "framework_version", "py_version", "image_uri",
+        "predictor_cls", "model_server_workers"),
+        passed_on=_FRAMEWORK_MODEL_REST + _MODEL_REST)),
+    "PyTorchModel.__init__": (PyTorchModel.__init__, Sig((
+        "model_data", "role", "entry_point", "framework_version", "py_version", "image_uri",
+        "predictor_cls", "model_server_workers"),
+        passed_on=_FRAMEWORK_MODEL_REST + _MODEL_REST)),
     "Model.deploy": (Model.deploy, Sig((
         "initial_instance_count", "instance_type", "serializer", "deserializer",
         "accelerator_type", "endpoint_name", "tags", "kms_key", "wait", "data_capture_config",
