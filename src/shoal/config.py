@@ -173,6 +173,13 @@ def job_name() -> str | None:
     return os.environ.get("SHOAL_JOB_NAME") or None
 
 
+def job_checkpoints() -> tuple[str, str] | None:
+    """Inside a job with a checkpoint location: ``(local dir, URI)`` that the supervisor
+    restored and syncs (``SHOAL_CHECKPOINT_DIR`` / ``SHOAL_CHECKPOINT_URI``), else None."""
+    local, uri = os.environ.get("SHOAL_CHECKPOINT_DIR"), os.environ.get("SHOAL_CHECKPOINT_URI")
+    return (local, uri) if local and uri else None
+
+
 def job_run_context() -> str | None:
     """Inside a job: the JSON ``{"experiment_name", "run_name"}`` of the experiment run its
     caller had open (``SHOAL_RUN_CONTEXT``, set by the supervisor), else None."""

@@ -82,14 +82,14 @@ def _restore(uri: str) -> CheckpointLocation:
     location the supervisor was not told of) a directory made and filled from *uri* now, and
     uploaded to it when the function has ended."""
     location = CheckpointLocation(uri)
-    from shoal.config import job_name
+    from shoal.config import job_checkpoints, job_name
 
     name = job_name()
     if name is None:
         return location
-    kept = os.environ.get("SHOAL_CHECKPOINT_DIR")
-    if kept and os.environ.get("SHOAL_CHECKPOINT_URI") == location.s3_uri:
-        location._local = Path(kept)
+    kept = job_checkpoints()
+    if kept is not None and kept[1] == location.s3_uri:
+        location._local = Path(kept[0])
         location._local.mkdir(parents=True, exist_ok=True)
         return location
     from shoal.jobs._training import _Checkpoints
