@@ -16,16 +16,12 @@ from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
 
 __all__ = ["HuggingFace"]
 
-#: deploy() arguments that are the model's (SageMaker passes them to create_model()).
-_MODEL_ARGS = ("entry_point", "source_dir", "dependencies", "env", "predictor_cls",
-               "model_server_workers", "role", "vpc_config_override", "image_uri")
-
-
 class HuggingFace(_TrainingHuggingFace):
     """``sagemaker.huggingface.HuggingFace`` (SageMaker's arguments, in its order): trains a
     transformers script in script mode; ``create_model()``/``deploy()`` serve the trained model
     as a ``HuggingFaceModel`` (shoal's LLM server for a model directory, the model server when
-    inference code is given)."""
+    inference code is given). ``deploy()`` is ``Estimator.deploy`` (SageMaker's signature),
+    which builds the model with this ``create_model()``."""
 
     def create_model(self, model_server_workers: int | None = None, role: str | None = None,
                      vpc_config_override: Any = VPC_CONFIG_DEFAULT,
@@ -52,21 +48,3 @@ class HuggingFace(_TrainingHuggingFace):
             model_server_workers=model_server_workers,
             sagemaker_session=self.sagemaker_session,
             vpc_config=vpc_config(vpc_config_override), **kwargs)
-
-    def deploy(self, initial_instance_count: int | None = None,
-               instance_type: str | None = None, serializer: Any = None,
-               deserializer: Any = None, endpoint_name: str | None = None,
-               wait: bool = True, **kwargs: Any) -> Any:
-        """Serve the latest training job's model as ``create_model()`` makes it (as SageMaker's
-        ``deploy`` does); the model's arguments (``entry_point``, ``env``,
-        ``model_server_workers``, ``model_name``...) go to ``create_model``, the rest to
-        ``HuggingFaceModel.deploy``."""
-        model_args = {k: kwargs.pop(k) for k in _MODEL_ARGS if k in kwargs}
-        name = kwargs.pop("model_name", None)
-        if name is not None:
-            model_args["name"] = name
-        kwargs.pop("use_compiled_model", None)
-        model = self.create_model(**model_args)
-        return model.deploy(initial_instance_count, instance_type, serializer, deserializer,
-                            endpoint_name=endpoint_name or self._require_job().name,
-                            wait=wait, **kwargs)
