@@ -21,6 +21,7 @@ import shoal
 from helpers import endpoint_test_session, linear_onnx
 from shoal.core.ports import JobQuery
 from shoal.deserializers import JSONDeserializer, NumpyDeserializer
+from shoal.endpoints import EndpointService
 from shoal.errors import InvalidArgumentError
 from shoal.estimator import Estimator
 from shoal.experiments.run import Run, load_run
@@ -97,6 +98,20 @@ def test_model_data_given_first_as_in_shoals_old_order_is_refused_clearly(sessio
     with pytest.raises(InvalidArgumentError,
                        match=r"first parameter is image_uri .*" + re.escape(str(onnx_dir))):
         Model(str(onnx_dir))
+
+
+def test_update_endpoint_replaces_the_model_behind_the_same_name(session, onnx_dir, tmp_path):
+    first = Model(model_data=str(onnx_dir)).deploy(1, "ml.m5.large", endpoint_name="swap")
+    x = np.array([[1, 2, 3, 4]], dtype=np.float32)
+    assert np.allclose(first.predict(x), x @ W + B)
+    linear_onnx(tmp_path / "model.onnx", 2 * W, B)  # a second model that answers differently
+    with pytest.raises(InvalidArgumentError, match="endpoint_name"):
+        Model(model_data=str(tmp_path / "model.onnx")).deploy(update_endpoint=True)
+    second = Model(model_data=str(tmp_path / "model.onnx")).deploy(
+        1, "ml.m5.large", endpoint_name="swap", update_endpoint=True)
+    assert np.allclose(second.predict(x), x @ (2 * W) + B)
+    assert [r.name for r in EndpointService(session).list()].count("swap") == 1
+    assert not second.describe().config.inert_settings  # the flag did something: not inert
 
 
 def test_predictor_by_position(session, onnx_dir):

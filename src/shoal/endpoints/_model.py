@@ -44,7 +44,6 @@ _DEPLOY_INERT: dict[str, Any] = {
     "explainer_config": None, "accept_eula": None, "endpoint_logging": False,
     "resources": None, "endpoint_type": "ModelBased", "inference_component_name": None,
     "routing_config": None, "model_reference_arn": None, "inference_ami_version": None,
-    "update_endpoint": False,
 }
 
 
@@ -131,7 +130,9 @@ class Model:
         those bounds; the local backend keeps ``initial_instance_count`` instances. *tags* are
         kept on the endpoint's record; *volume_size* (GB) is checked against the free disk.
         Settings with no effect here (``data_capture_config``, ``serverless_inference_config``,
-        ``kms_key``...) are kept on the record and reported once.
+        ``kms_key``...) are kept on the record and reported once. *update_endpoint* with an
+        *endpoint_name* that exists replaces that endpoint: its instances stop, then this
+        model's start under the same name (there is no traffic shift between the two).
         """
         session = self.sagemaker_session
         inert = {**self.inert, **given(locals(), _DEPLOY_INERT)}
@@ -151,6 +152,13 @@ class Model:
         name = check_endpoint_name(endpoint_name or self._endpoint_name())
         _check_volume(session, volume_size)
         report_inert(session.report_inert, inert, session.settings.backend, "endpoint")
+        if update_endpoint:
+            if endpoint_name is None:
+                raise InvalidArgumentError("update_endpoint=True replaces an existing endpoint: "
+                                           "give its endpoint_name", argument="endpoint_name")
+            service = EndpointService(session)
+            if service.find(name) is not None:
+                service.delete(name)
         self._start(name, config, wait)
         predictor = self.predictor_cls(name, sagemaker_session=session)
         if serializer is not None:
