@@ -286,6 +286,13 @@ class Estimator:
         """(the framework's requirement lines, whether they need an environment of their own)."""
         return [], False
 
+    def _serving_framework(self) -> tuple[str, ...]:
+        """The framework lines an endpoint of this estimator's model installs (as SageMaker
+        serves it in the framework's container): the training job's, or none when the
+        client's environment has the framework."""
+        lines, build = self._framework_requirements(None)
+        return tuple(lines) if build else ()
+
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
               run: dict[str, str] | None, requirements: str | None) -> JobSpec:
         training = {
@@ -405,6 +412,7 @@ class Estimator:
         kwargs.pop("use_compiled_model", None)
         model = Model(self.model_data, name=kwargs.pop("model_name", None),
                       sagemaker_session=self.sagemaker_session, **model_args)
+        model.framework_requirements = self._serving_framework()
         return model.deploy(initial_instance_count, instance_type, serializer, deserializer,
                             endpoint_name=endpoint_name or self._require_job().name,
                             wait=wait, **kwargs)
