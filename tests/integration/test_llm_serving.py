@@ -281,3 +281,37 @@ def test_metrics_report_tokens_ttft_occupancy_and_queue(server):
                    "shoal_llm_queue_depth", 'shoal_llm_requests_total{route="/generate",'
                    'status="200"}', "shoal_model_loaded 1.0"):
         assert series in text, series
+
+
+def test_tgi_compat_answers_invocations_as_tgis_container(model_dir, ref):
+    # What HuggingFaceModel's variables ask for: TGI's shapes on SageMaker's route.
+    env = {"OPTION_TGI_COMPAT": "true", "OPTION_RETURN_FULL_TEXT": "true"}
+    app = LlmServerApp(load_serving_options(model_dir, env), ServerOptions(port=0))
+    prompt, n = PROMPTS[0], 6
+    want = ref.text(prompt, n)
+    with ThreadServer(app) as s:
+        r = httpx.post(s.url + "/invocations", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": n}})
+        assert r.status_code == 200 and r.json() == [{"generated_text": prompt + want}], r.text
+        (answer,) = httpx.post(s.url + "/invocations", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": n, "details": True,
+                                             "return_full_text": False}}).json()
+        assert answer["generated_text"] == want
+        details = answer["details"]
+        assert [t["id"] for t in details["tokens"]] == ref.generate_ids(prompt, n)
+        assert {"finish_reason", "generated_tokens", "seed", "prefill"} <= set(details)
+        assert "logprob" in details["tokens"][0]  # TGI's key; LMI's is log_prob
+        # stream: TGI's SSE events, the last one carrying the whole text
+        r = httpx.post(s.url + "/invocations", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": n}, "stream": True})
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(d) for d in _sse(r.text)]
+        assert "".join(e["token"]["text"] for e in events) == want
+        assert events[-1]["generated_text"] == prompt + want
+        # TGI takes one prompt; a list is refused, saying so
+        r = httpx.post(s.url + "/invocations", json={"inputs": [prompt, prompt]})
+        assert r.status_code == 422 and "one prompt" in r.json()["error"], r.text
+        # TGI's /generate keeps its own default (no prompt) and shape (an object)
+        r = httpx.post(s.url + "/generate", json={
+            "inputs": prompt, "parameters": {"max_new_tokens": n}})
+        assert r.json() == {"generated_text": want}

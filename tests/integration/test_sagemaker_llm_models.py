@@ -57,11 +57,17 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _predict_then_delete(session, predictor, expected: str) -> None:
-    """The notebook's last cells: one request, then the clean-up; nothing may be left."""
+def _predict_then_delete(session, predictor, expected: str, *, tgi: bool = True) -> None:
+    """The notebook's last cells: one request, then the clean-up; nothing may be left. A
+    HuggingFaceModel answers as TGI's container (a one-element list, the prompt prepended
+    unless return_full_text is false), a DJLModel as LMI (an object, the new text only)."""
     try:
         response = predictor.predict(PAYLOAD)
-        assert response == {"generated_text": expected}
+        if tgi:
+            assert response == [{"generated_text": PROMPT + expected}]
+            assert response[0]["generated_text"][len(PROMPT):] == expected  # TGI's idiom
+        else:
+            assert response == {"generated_text": expected}
         record = predictor.describe()
         pids = [i.pid for i in record.instances] + [record.supervisor["pid"]]
         assert all(_alive(pid) for pid in pids)
@@ -97,7 +103,26 @@ def test_hugging_face_model_from_hf_model_id(session, hf_model_dir, expected):
         image_uri=sagemaker.huggingface.get_huggingface_llm_image_uri("huggingface"))
     llm = llm_model.deploy(initial_instance_count=1, instance_type="ml.m5.xlarge",
                            endpoint_name=f"hf-id-{uuid.uuid4().hex[:8]}")
+    # TGI's answer with details, and without the prompt, as notebooks ask for it
+    chat = llm.predict({"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 4, "return_full_text": False, "details": True}})
+    assert isinstance(chat, list) and chat[0]["generated_text"] == expected
+    details = chat[0]["details"]
+    assert details["generated_tokens"] == len(details["tokens"]) > 0
+    assert details["finish_reason"] in ("length", "eos_token")  # TGI's names
     _predict_then_delete(session, llm, expected)
+
+
+def test_hugging_face_model_with_the_lmi_image_answers_as_lmi(session, hf_model_dir,
+                                                               expected):
+    # get_huggingface_llm_image_uri("lmi") is DJL's container: LMI's object, not TGI's list.
+    llm_model = HuggingFaceModel(
+        role=sagemaker.get_execution_role(), env={"HF_MODEL_ID": str(hf_model_dir), **ENV},
+        image_uri=sagemaker.huggingface.get_huggingface_llm_image_uri("lmi"))
+    assert "OPTION_TGI_COMPAT" not in llm_model.env
+    llm = llm_model.deploy(initial_instance_count=1, instance_type="ml.m5.xlarge",
+                           endpoint_name=f"hf-lmi-{uuid.uuid4().hex[:8]}")
+    _predict_then_delete(session, llm, expected, tgi=False)
 
 
 def test_djl_model_from_model_id(session, hf_model_dir, expected):
@@ -106,7 +131,7 @@ def test_djl_model_from_model_id(session, hf_model_dir, expected):
     predictor = model.deploy(initial_instance_count=1, instance_type="ml.m5.xlarge",
                              endpoint_name=f"djl-{uuid.uuid4().hex[:8]}")
     assert isinstance(predictor, DJLPredictor)
-    _predict_then_delete(session, predictor, expected)
+    _predict_then_delete(session, predictor, expected, tgi=False)
 
 
 _TRAIN = """

@@ -134,6 +134,29 @@ def test_hugging_face_model_over_a_model_directory(tmp_path):
     assert model.transformers_version == "4.37"
 
 
+def test_hugging_face_model_asks_the_llm_server_for_tgis_answer(tmp_path):
+    from shoal.huggingface import HuggingFaceModel, get_huggingface_llm_image_uri
+    from shoal.llm.serving import load_serving_options
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    session = shoal.Session(home=str(tmp_path / "h"))
+    tgi = HuggingFaceModel(model_data=str(weights), sagemaker_session=session,
+                           image_uri=get_huggingface_llm_image_uri("huggingface"))
+    assert tgi.env["OPTION_TGI_COMPAT"] == "true" == tgi.env["OPTION_RETURN_FULL_TEXT"]
+    served = load_serving_options(Path(tgi.model_data), tgi.env)  # what the server reads
+    assert served.tgi_compat and served.return_full_text
+    t2t = HuggingFaceModel(model_data=str(weights), sagemaker_session=session,
+                           env={"HF_TASK": "text2text-generation",
+                                "OPTION_TGI_COMPAT": "false"})
+    assert t2t.env["OPTION_RETURN_FULL_TEXT"] == "false"  # TGI: only text-generation
+    assert t2t.env["OPTION_TGI_COMPAT"] == "false"  # the caller's variable wins
+    lmi = HuggingFaceModel(model_data=str(weights), sagemaker_session=session,
+                           image_uri=get_huggingface_llm_image_uri("lmi"))
+    assert not {"OPTION_TGI_COMPAT", "OPTION_RETURN_FULL_TEXT"} & set(lmi.env)
+
+
 def test_trial_component_reads_a_run(tmp_path):
     from shoal.experiments import Run
     from shoal.experiments.trial_component import _TrialComponent

@@ -98,6 +98,10 @@ class Model:
         self.sagemaker_session = _session(sagemaker_session)
         self.predictor_cls = predictor_cls or Predictor
         self.endpoint_name: str | None = None
+        #: requirement lines the server's environment installs before the model's own: a
+        #: framework estimator's container pins (set by its create_model()/deploy()), so the
+        #: model is served with the framework release that trained it.
+        self.framework_requirements: tuple[str, ...] = ()
 
     def deploy(
             self, initial_instance_count: int | None = None, instance_type: str | None = None,
@@ -147,7 +151,7 @@ class Model:
             startup_timeout_s=float(container_startup_health_check_timeout or 600),
             code=bool(self.entry_point or self.source_dir or self._dependency_dirs),
             entry_point=Path(self.entry_point).name if self.entry_point else None,
-            requirements=self._requirements is not None,
+            requirements=self._requirements is not None or bool(self.framework_requirements),
             tags=tuple(normalise_tags(tags)), inert_settings=inert)
         name = check_endpoint_name(endpoint_name or self._endpoint_name())
         _check_volume(session, volume_size)
@@ -169,7 +173,7 @@ class Model:
 
     def _start(self, name: str, config: EndpointConfig, wait: bool) -> None:
         service = EndpointService(self.sagemaker_session)
-        requirements = self._requirements.read_text() if self._requirements else None
+        requirements = self._serving_requirements()
         with tempfile.TemporaryDirectory(prefix="shoal-code-") as tmp:
             archive = None
             if config.code:
@@ -199,6 +203,13 @@ class Model:
                                        "bundle a Model without it", argument="entry_point")
         return build_bundle(self.model_data, target=target, output=path, force=force,
                             session=self.sagemaker_session, **options)
+
+    def _serving_requirements(self) -> str | None:
+        """The framework's lines, then the model's own requirements file, or None."""
+        own = self._requirements.read_text() if self._requirements else None
+        if not self.framework_requirements:
+            return own
+        return "\n".join([*self.framework_requirements, *([own] if own else [])]) + "\n"
 
     def _endpoint_name(self) -> str:
         base = self.name or Path(self.model_data.rstrip("/")).name.split(".")[0] or "model"

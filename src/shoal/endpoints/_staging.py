@@ -150,18 +150,43 @@ def requirements_base(model_dir: Path) -> Path:
     return code if code.is_dir() else model_dir
 
 
-def server_requirements(distributions: Sequence[str]) -> tuple[str, ...]:
+def server_requirements(distributions: Sequence[str],
+                        wanted: Sequence[str] = ()) -> tuple[str, ...]:
     """The model server's own packages, pinned to the versions the client runs, so the
-    model's environment serves exactly as the client's would."""
+    model's environment serves exactly as the client's would; a package the *wanted*
+    requirement texts name is theirs (a framework's ``numpy<2`` beats the client's numpy)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    named = _requirement_names(wanted)
     pins = []
     for dist in distributions:
+        if _canonical(dist) in named:
+            continue
         try:
             pins.append(f"{dist}=={version(dist)}")
         except PackageNotFoundError:
             pins.append(dist)
     return tuple(pins)
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def _requirement_names(texts: Sequence[str]) -> set[str]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    names = set()
+    for line in "\n".join(texts).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            try:
+                names.add(_canonical(Requirement(line).name))
+            except InvalidRequirement:
+                continue
+    return names
 
 
 def serving_pythonpath(root: Path) -> Path:

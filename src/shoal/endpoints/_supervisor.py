@@ -258,7 +258,7 @@ class EndpointSupervisor:
         try:
             built = self._session.env_builder.ensure(
                 "\n".join(wanted), base_dir=requirements_base(model_dir),
-                extra=server_requirements(SERVER_DISTRIBUTIONS),
+                extra=server_requirements(SERVER_DISTRIBUTIONS, wanted),
                 log=lambda msg: sys.stdout.write(msg))
         except ShoalError as e:
             raise _Failed(f"the model's environment could not be built: {e}") from e

@@ -91,6 +91,22 @@ def _has_code(model_data: Any, entry_point: str | None, source_dir: str | None) 
     return False
 
 
+def _is_lmi_image(image_uri: str | None) -> bool:
+    """``get_huggingface_llm_image_uri("lmi")`` (shoal's) or an AWS DJL/LMI image URI."""
+    return image_uri is not None and any(name in image_uri for name in ("djl-lmi",
+                                                                        "djl-inference"))
+
+
+def _answer_as_tgi(env: dict[str, str]) -> None:
+    """The LLM server answers ``/invocations`` as TGI's container does: a one-element list;
+    ``return_full_text`` defaults to true for text generation (TGI's default for a model whose
+    pipeline tag is ``text-generation`` or unknown), false for another ``HF_TASK``. Variables
+    the caller set win."""
+    env.setdefault("OPTION_TGI_COMPAT", "true")
+    task = env.get("HF_TASK", "text-generation")
+    env.setdefault("OPTION_RETURN_FULL_TEXT", "true" if task == "text-generation" else "false")
+
+
 class HuggingFaceModel(Model):
     """``sagemaker.huggingface.HuggingFaceModel`` (SageMaker's arguments, in its order).
 
@@ -99,6 +115,12 @@ class HuggingFaceModel(Model):
       ``HF_MODEL_TRUST_REMOTE_CODE`` mean what they mean in TGI's container.
     - *model_data* with ``code/inference.py``, or *entry_point*: the model server runs your
       handlers (``model_fn``/``predict_fn``...).
+
+    Served by the LLM server, ``predict({"inputs": ..., "parameters": {...}})`` answers as
+    TGI's container does, ``[{"generated_text": ...}]`` with the prompt prepended unless
+    ``parameters.return_full_text`` is false (``env`` ``OPTION_TGI_COMPAT`` /
+    ``OPTION_RETURN_FULL_TEXT``, set here, say so); with an LMI *image_uri*
+    (``get_huggingface_llm_image_uri("lmi")``) it answers as LMI, ``{"generated_text": ...}``.
 
     *transformers_version*, *pytorch_version* and *py_version* are recorded.
     """
@@ -120,6 +142,8 @@ class HuggingFaceModel(Model):
                     "(entry_point='inference.py' with model_fn/predict_fn, or "
                     "code/inference.py in model_data)", argument="env")
             model_data = self._serving_dir(model_data, env, session)
+            if not _is_lmi_image(image_uri):
+                _answer_as_tgi(env)
         if model_server_workers is not None:
             env.setdefault("SHOAL_MODEL_SERVER_WORKERS", str(model_server_workers))
         super().__init__(model_data=model_data, image_uri=image_uri, role=role,

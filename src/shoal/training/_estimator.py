@@ -342,6 +342,13 @@ class Estimator:
         """(the framework's requirement lines, whether they need an environment of their own)."""
         return [], False
 
+    def _serving_framework(self) -> tuple[str, ...]:
+        """The framework lines an endpoint of this estimator's model installs (as SageMaker
+        serves it in the framework's container): the training job's, or none when the
+        client's environment has the framework."""
+        lines, build = self._framework_requirements(None)
+        return tuple(lines) if build else ()
+
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
               run: dict[str, str] | None, requirements: str | None) -> JobSpec:
         inert = dict(self.inert)  # and the channels' own (TrainingInput(hub_access_config=...))
@@ -457,10 +464,13 @@ class Estimator:
         ``Estimator.create_model``); *entry_point* / *source_dir* become its inference code."""
         from shoal.endpoints import Model
 
-        return Model(image_uri, self.model_data, role, predictor_cls, env, name,
-                     vpc_config(vpc_config_override), self.sagemaker_session,
-                     source_dir=source_dir, entry_point=entry_point, dependencies=dependencies,
-                     model_server_workers=model_server_workers)
+        model = Model(image_uri, self.model_data, role, predictor_cls, env, name,
+                      vpc_config(vpc_config_override), self.sagemaker_session,
+                      source_dir=source_dir, entry_point=entry_point, dependencies=dependencies,
+                      model_server_workers=model_server_workers)
+        # served with the framework the job trained with, as in SageMaker's framework container
+        model.framework_requirements = self._serving_framework()
+        return model
 
     def deploy(self, initial_instance_count: int | None = None,
                instance_type: str | None = None, serializer: Any = None,

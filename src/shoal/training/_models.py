@@ -42,10 +42,12 @@ class FrameworkModelMaker:
         if "image_uri" not in kwargs and est.inert.get("image_uri"):
             kwargs["image_uri"] = est.inert["image_uri"]
         code_dir = source_dir or (str(est.source_dir) if est.source_dir else None)
-        return self._model_class()(
+        model = self._model_class()(
             est.model_data, role or est.inert.get("role"), entry_point or est.entry_point,
             framework_version=est.framework_version, py_version=est.py_version,
             source_dir=code_dir, model_server_workers=model_server_workers,
             sagemaker_session=est.sagemaker_session,
             vpc_config=vpc_config(vpc_config_override),
             dependencies=dependencies or est.dependencies, **kwargs)
+        model.framework_requirements = est._serving_framework()
+        return model

@@ -198,8 +198,10 @@ class LlmServerApp(AsgiApp):
         body = await self._json(scope, receive)
         if "messages" in body:  # LMI also takes OpenAI's chat schema here
             return await self._chat(body, receive, send)
+        if self.options.tgi_compat:  # TGI's container: its compat route's answer
+            return await self._tgi_compat_body(body, receive, send)
         _only(body, {"inputs", "parameters", "stream"})
-        params = from_lmi(body.get("parameters"))
+        params = from_lmi(body.get("parameters"), full_text=self.options.return_full_text)
         stream = _flag(body, "stream")
         inputs = body.get("inputs")
         if isinstance(inputs, list) and inputs and all(isinstance(i, str) for i in inputs):
@@ -235,10 +237,19 @@ class LlmServerApp(AsgiApp):
     # --- TGI ------------------------------------------------------------------------------
 
     async def _tgi_compat(self, scope: Scope, receive: Receive, send: Send) -> int:
-        body = await self._json(scope, receive)
+        return await self._tgi_compat_body(await self._json(scope, receive), receive, send)
+
+    async def _tgi_compat_body(self, body: dict[str, Any], receive: Receive, send: Send) -> int:
+        """TGI's ``POST /`` (and its SageMaker ``/invocations``): a one-element list, or SSE
+        with ``stream``; ``return_full_text`` defaults to ``option.return_full_text``."""
+        if isinstance(body.get("inputs"), list):
+            raise invalid("TGI's API takes one prompt: 'inputs' must be a string, not a list "
+                          "(send one request per prompt, or serve with option.tgi_compat=false "
+                          "for LMI's list form)")
+        full_text = self.options.return_full_text
         if _flag(body, "stream"):
-            return await self._tgi_stream_body(body, receive, send)
-        return await self._tgi_body(body, receive, send, as_list=True)
+            return await self._tgi_stream_body(body, receive, send, full_text=full_text)
+        return await self._tgi_body(body, receive, send, as_list=True, full_text=full_text)
 
     async def _tgi_generate(self, scope: Scope, receive: Receive, send: Send) -> int:
         return await self._tgi_body(await self._json(scope, receive), receive, send)
@@ -247,9 +258,9 @@ class LlmServerApp(AsgiApp):
         return await self._tgi_stream_body(await self._json(scope, receive), receive, send)
 
     async def _tgi_body(self, body: dict[str, Any], receive: Receive, send: Send, *,
-                        as_list: bool = False) -> int:
+                        as_list: bool = False, full_text: bool = False) -> int:
         _only(body, {"inputs", "parameters", "stream"})
-        params = from_lmi(body.get("parameters"))
+        params = from_lmi(body.get("parameters"), full_text=full_text)
         prompt = _prompt(body.get("inputs"), "inputs")
         (o,) = await self._run_all([prompt], params, receive)
         result: dict[str, Any] = {"generated_text": o.full_text}
@@ -258,9 +269,10 @@ class LlmServerApp(AsgiApp):
         await _respond_json(send, [result] if as_list else result)
         return 200
 
-    async def _tgi_stream_body(self, body: dict[str, Any], receive: Receive, send: Send) -> int:
+    async def _tgi_stream_body(self, body: dict[str, Any], receive: Receive, send: Send, *,
+                               full_text: bool = False) -> int:
         _only(body, {"inputs", "parameters", "stream"})
-        params = from_lmi(body.get("parameters"))
+        params = from_lmi(body.get("parameters"), full_text=full_text)
         prompt = _prompt(body.get("inputs"), "inputs")
         ids = self._encode(prompt, params)
         async with self._stream(ids, params, receive) as (channel, generation):

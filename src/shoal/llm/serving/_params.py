@@ -55,8 +55,9 @@ def invalid(detail: str) -> RequestError:
     return RequestError(422, "validation", detail)
 
 
-def from_lmi(parameters: Any) -> GenerationParams:
-    """``GenerationParams`` from an LMI/TGI ``parameters`` object.
+def from_lmi(parameters: Any, *, full_text: bool = False) -> GenerationParams:
+    """``GenerationParams`` from an LMI/TGI ``parameters`` object; *full_text* is the default
+    of ``return_full_text``.
 
     Sampling is on with ``do_sample`` (``true``/``"True"``), or, as in TGI, when a temperature
     other than 1, a ``top_k`` above 0 or a ``top_p`` below 1 is given; ``temperature`` 0 is
@@ -87,7 +88,8 @@ def from_lmi(parameters: Any) -> GenerationParams:
         do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k,
         repetition_penalty=_number(given, "repetition_penalty", 1.0, minimum=0.0,
                                    inclusive_min=False),
-        stop=stop, seed=_seed(given), return_full_text=_boolean(given, "return_full_text", False),
+        stop=stop, seed=_seed(given),
+        return_full_text=_boolean(given, "return_full_text", full_text),
         details=_boolean(given, "details", False))
 
 

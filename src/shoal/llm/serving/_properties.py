@@ -68,6 +68,8 @@ _KEYS: dict[str, str] = {
     "option.quantize": "quantize",
     "option.entrypoint": "entry_point",
     "option.model_loading_timeout": "model_loading_timeout",
+    "option.tgi_compat": "tgi_compat",
+    "option.return_full_text": "return_full_text",
 }
 
 
@@ -89,6 +91,13 @@ class LlmServingOptions:
         entry_point: a custom ``model.py`` handler, served by the regular model server.
         model_loading_timeout: seconds the load may take before the server gives up.
         job_queue_size: requests waiting for a batch slot before 503.
+        tgi_compat: LMI's ``option.tgi_compat``: ``/invocations`` answers as Hugging Face's
+            TGI container does (a one-element list, TGI's ``details``, SSE when streaming)
+            instead of LMI's object; ``HuggingFaceModel`` sets it.
+        return_full_text: shoal's ``option.return_full_text``: the default of a request's
+            ``parameters.return_full_text`` on ``/invocations`` and ``/`` (TGI's container
+            answers a text-generation model with the prompt prepended unless told not to);
+            ``HuggingFaceModel`` sets it with ``tgi_compat``.
         unknown: keys this server does not know (reported once at load; with an entry point,
             unknown ``option.*`` keys are the handler's own and are passed to it).
         properties: every key as written (or as an environment variable set it) and its
@@ -113,6 +122,8 @@ class LlmServingOptions:
     entry_point: str | None = None
     model_loading_timeout: float = 1800.0
     job_queue_size: int = 1000
+    tgi_compat: bool = False
+    return_full_text: bool = False
     unknown: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -211,7 +222,7 @@ def _convert(name: str, key: str, value: str, origin: str) -> object:
         if low not in _QUANTIZE_ALIASES:
             raise _bad(key, value, origin, "bitsandbytes4 or bitsandbytes8 (bitsandbytes)")
         return _QUANTIZE_ALIASES[low]
-    if name == "trust_remote_code":
+    if name in ("trust_remote_code", "tgi_compat", "return_full_text"):
         if low not in _BOOLS:
             raise _bad(key, value, origin, "true or false")
         return _BOOLS[low]
