@@ -26,6 +26,7 @@ RUNTIME_MODULES = (
     "jobs/__init__.py",
     "jobs/_entrypoint.py",
     "jobs/_child.py",
+    "jobs/_descendants.py",
     "jobs/_zygote.py",
     "jobs/_executor.py",
 )
