@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import shoal
 from helpers import wait_until
 from shoal import JobTimeoutError, RemoteExecutor, remote
 from shoal.backends._procfs import process_state
@@ -74,9 +75,8 @@ def all_gone(pids: list[int]) -> bool:
 
 @pytest.mark.parametrize("process", ["fork", "exec"])
 def test_escaped_processes_end_when_the_job_completes(tmp_path, escapees, process):
-    from conftest import make_session
-
-    s = make_session(tmp_path / "home", job_process=process)
+    s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60,
+                      job_process=process)
     pid_file = str(tmp_path / "pids")
     try:
         job = remote(lambda: spawn_escapees(pid_file), sagemaker_session=s)

@@ -187,6 +187,10 @@ def _detach() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("serve", "run"):
+        # What the launcher and the supervisors write (logs, work directories, results) is
+        # this user's alone; a job's own process gets its client's umask back.
+        os.umask(0o077)
     if args and args[0] == "serve":
         _detach()
         return serve(args[1], float(args[2]), args[3:])

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from shoal._internal.private import CLIENT_UMASK_VAR, client_umask
 from shoal.backends._launcher import launcher_lock_path
 from shoal.backends._procfs import process_state, start_ticks
 from shoal.backends._rundir import private_socket_dir
@@ -60,8 +61,9 @@ class LocalBackend:
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         pool = self._pool(ctx.pool) if ctx.pool else None
+        env = {**ctx.env, CLIENT_UMASK_VAR: f"{client_umask():03o}"}
         if pool:
-            request: dict[str, Any] = {"job": ctx.job, "env": dict(ctx.env)}
+            request: dict[str, Any] = {"job": ctx.job, "env": env}
             if ctx.batch:
                 request["batch"] = list(ctx.batch)
             claim = claim_worker(pool_dir(self._run_dir, pool), request)
@@ -69,8 +71,7 @@ class LocalBackend:
                 return LaunchInfo("local", claim.pid, socket.gethostname(),
                                   claim.start_ticks or start_ticks(claim.pid), waiter=claim)
         log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        env = dict(ctx.env)
+        os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
         if pool:  # the supervisor stays to serve the pool after this job
             env["SHOAL_WARM_POOL_DIR"] = str(pool_dir(self._run_dir, pool))
             env["SHOAL_KEEP_ALIVE_SECONDS"] = str(ctx.keep_alive_seconds)
@@ -125,7 +126,7 @@ class LocalBackend:
         self._run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self._run_dir, 0o700)
         log_path = self._run_dir / "launcher.log"
-        with open(f"{path}.lock", "a") as lock:
+        with os.fdopen(os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if _answers(path):
                 return  # another client started it while we waited for the lock
@@ -198,7 +199,7 @@ class LocalBackend:
 def _start_detached(argv: list[str], log_path: str, *, env: dict[str, str], cwd: str | None,
                     what: str) -> int:
     """Run *argv* (which forks and prints the daemon's pid), reap it, return the daemon pid."""
-    with open(log_path, "ab") as log:
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
         try:
             done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=log, start_new_session=True,

@@ -22,6 +22,7 @@ RUNTIME_MODULES = (
     "_internal/lazy.py",
     "_internal/jsoncodec.py",
     "_internal/secrets.py",
+    "_internal/private.py",
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",

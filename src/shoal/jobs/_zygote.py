@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any
 
+from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import (
     become_job_process,
     limit_memory,
@@ -49,6 +50,7 @@ def _child(request: dict[str, Any], out: int) -> int:
     become_subreaper()  # keeps what the job starts (and orphans) its own until it ends
     limit_memory(request.get("memory_mib"))
     replace_environ(request.get("env") or {})
+    restore_client_umask(request.get("env") or {})
     sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
     os.chdir(request["workdir"])
     from shoal.jobs._entrypoint import main as entry

@@ -26,6 +26,7 @@ from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import StreamRedactor, mask_text
 from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
+from shoal.jobs._disk import drop_copies
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -178,6 +179,10 @@ class Supervisor:
                 if attempt > 1:
                     sink.write(f"[shoal] attempt {attempt} of {attempts}\n".encode())
                 outcome = self._attempt(record, attempt, sink)
+                # Its outcome is stored: the copies in its work directory only take space.
+                drop_copies(self._work_root / f"{record.name}.{attempt}",
+                            script=spec.kind == JobKind.SCRIPT,
+                            uploaded=outcome.status == JobStatus.COMPLETED)
                 if outcome.retry and attempt < attempts and not self._stop:
                     try:
                         self._svc.transition(record.name, JobStatus.PENDING,
