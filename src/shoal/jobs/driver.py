@@ -26,7 +26,6 @@ from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import StreamRedactor, mask_text
 from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
-from shoal.jobs._disk import drop_copies
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -45,6 +44,7 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
+from shoal.jobs._workfiles import collect, drop_copies
 from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen, take_handover
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
@@ -577,7 +577,7 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
                            f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
                            "the job was killed (SIGKILL)", exit_code=rc)
-        kind, blobs, detail = _collect(workdir, inline)
+        kind, blobs, detail = collect(workdir, inline)
         if rc == EXIT_OK and kind == "results" and blobs is not None:
             self._upload(name, "results", blobs)
             return Outcome(JobStatus.COMPLETED, exit_code=0)
@@ -630,29 +630,3 @@ class _StdoutSink:
     def close(self) -> None:
         self._put(self._redactor.flush())
         sys.stdout.flush()
-
-
-def _collect(workdir: Path, inline: dict[str, Any] | None
-             ) -> tuple[str | None, tuple[bytes, bytes] | None, dict[str, Any]]:
-    """What the job handed back: from a warm executor's answer, or from its files."""
-    if inline is not None:
-        kind = inline.get("kind") or ("error" if inline.get("error") else None)
-        detail = inline.get("summary") or inline.get("error") or {}
-        return kind, inline.get("payload"), detail
-    for kind in ("results", "exception"):
-        if (workdir / f"{kind}.json").exists():
-            blobs = ((workdir / f"{kind}.pkl").read_bytes(),
-                     (workdir / f"{kind}.json").read_bytes())
-            detail = _read_json(workdir / "exception.summary.json") if kind == "exception" else {}
-            return kind, blobs, detail
-    if (workdir / "shoal_error.json").exists():
-        return "error", None, _read_json(workdir / "shoal_error.json")
-    return None, None, {}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

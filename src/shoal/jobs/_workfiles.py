@@ -1,4 +1,5 @@
-"""What a job keeps on disk: its stored artifacts, and its work directory without the copies.
+"""The job's work directory: what the job handed back there, the copies removed once its
+outcome is stored, and what the job keeps on disk (its stored artifacts and that directory).
 
 The supervisor writes the job's payloads into its work directory for the job's process, and
 the process writes its result there; once the job has ended and its outcome is stored, those
@@ -9,12 +10,13 @@ uploaded) only take space: a 1 GB argument would otherwise stay on disk three ti
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PAYLOAD_COPIES", "drop_copies", "job_disk_usage"]
+__all__ = ["PAYLOAD_COPIES", "collect", "drop_copies", "job_disk_usage"]
 
 #: Files of the work-directory protocol (``_entrypoint.py``): copies of stored payloads.
 PAYLOAD_COPIES = tuple(f"{kind}.{ext}" for kind in ("function", "arguments", "results",
@@ -75,3 +77,29 @@ def job_disk_usage(artifacts: Any, work_root: Path, name: str) -> dict[str, int]
     local = sum(_tree_bytes(p) for p in Path(work_root).glob(f"{name}.*")
                 if p.name == f"{name}.log" or p.name[len(name) + 1:].split(".")[0].isdigit())
     return {"artifact_bytes": stored, "workdir_bytes": local, "total_bytes": stored + local}
+
+
+def collect(workdir: Path, inline: dict[str, Any] | None
+             ) -> tuple[str | None, tuple[bytes, bytes] | None, dict[str, Any]]:
+    """What the job handed back: from a warm executor's answer, or from its files."""
+    if inline is not None:
+        kind = inline.get("kind") or ("error" if inline.get("error") else None)
+        detail = inline.get("summary") or inline.get("error") or {}
+        return kind, inline.get("payload"), detail
+    for kind in ("results", "exception"):
+        if (workdir / f"{kind}.json").exists():
+            blobs = ((workdir / f"{kind}.pkl").read_bytes(),
+                     (workdir / f"{kind}.json").read_bytes())
+            detail = _read_json(workdir / "exception.summary.json") if kind == "exception" else {}
+            return kind, blobs, detail
+    if (workdir / "shoal_error.json").exists():
+        return "error", None, _read_json(workdir / "shoal_error.json")
+    return None, None, {}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
