@@ -87,12 +87,21 @@ class Session:
         for name in self.aws_clients:
             _report_once(f"Session.{name}", f"Session({name}=...) has no effect here: shoal "
                          "calls no AWS API; it is kept as Session.aws_clients")
+        self._home_checked = False
 
     # --- configuration ----------------------------------------------------------------
 
     @property
     def home(self) -> Path:
         return Path(self.settings.home)
+
+    def _private_home(self) -> None:
+        """Create the home 0700 (or warn once that an existing one is open to others)."""
+        if not self._home_checked:
+            from shoal._internal.private import private_home
+
+            private_home(self.home)
+            self._home_checked = True
 
     @property
     def defaults(self) -> Any:
@@ -128,6 +137,8 @@ class Session:
             if self._metadata is None:
                 from shoal.storage.sql import SqlMetadataStore
 
+                self._private_home()
+
                 url = self.settings.resolved_metadata_url()
                 # The embedded default creates its own database; a configured one is upgraded
                 # explicitly with 'shoal db upgrade'.
@@ -141,6 +152,8 @@ class Session:
             if self._artifacts is None:
                 from shoal.storage.artifacts import FsspecArtifactStore
 
+                self._private_home()
+
                 self._artifacts = FsspecArtifactStore.open(self.settings.resolved_artifact_url())
             return self._artifacts
 
@@ -148,6 +161,7 @@ class Session:
     def backend(self) -> Any:
         with self._lock:
             if self._backend is None:
+                self._private_home()
                 self._backend = self._make_backend()
             return self._backend
 

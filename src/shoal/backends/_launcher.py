@@ -5,12 +5,19 @@ Starting a supervisor by ``exec`` costs an interpreter plus SQLAlchemy and fsspe
 threads. So one clean, single-threaded process per interpreter imports the supervisor's
 modules once and forks a fresh session leader for each job. It exits after an idle period.
 
+At most one launcher serves a socket: each holds a lock on ``launcher_lock_path(SOCKET)``
+(``fcntl.lockf``, which a forked child does not inherit and the kernel releases when the
+launcher dies, kill -9 included) for as long as it runs, and a second one exits at once. A
+socket file whose lock nobody holds is a dead launcher's, and is replaced.
+
 ``python -m shoal.backends._launcher serve SOCKET IDLE MODULE...`` runs the server;
 ``python -m shoal.backends._launcher run ENTRY ARG...`` runs one entry point (spawn mode).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
 import json
 import os
@@ -23,7 +30,29 @@ from typing import Any
 
 from shoal.backends._procfs import start_ticks
 
-__all__ = ["main", "resolve_entrypoint"]
+__all__ = ["launcher_lock_path", "main", "resolve_entrypoint"]
+
+#: The lifetime lock's file descriptor in the launcher (closed in each forked child).
+_LOCK_FD = -1
+
+
+def launcher_lock_path(sock_path: str) -> str:
+    """The file whose lock the launcher serving *sock_path* holds while it runs."""
+    return sock_path.removesuffix(".sock") + ".lock"
+
+
+def take_lifetime_lock(sock_path: str) -> int | None:
+    """Lock ``launcher_lock_path(sock_path)`` for this process's lifetime; its descriptor,
+    or None when another live process holds it."""
+    fd = os.open(launcher_lock_path(sock_path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # EAGAIN or EACCES: held by a live launcher
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def resolve_entrypoint(spec: str) -> Callable[..., int]:
@@ -36,6 +65,8 @@ def _child(request: dict[str, Any], log_path: str | None) -> None:
     """In the forked child: become a session leader with the job's environment, then run."""
     code = 70
     try:
+        if _LOCK_FD >= 0:
+            os.close(_LOCK_FD)  # the lock stays the launcher's (lockf locks are per process)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -63,6 +94,13 @@ def _child(request: dict[str, Any], log_path: str | None) -> None:
 
 
 def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
+    global _LOCK_FD
+    lock = take_lifetime_lock(sock_path)
+    if lock is None:
+        sys.stderr.write(f"[shoal] launcher pid {os.getpid()}: another launcher serves "
+                         f"{sock_path}; exiting\n")
+        return 0
+    _LOCK_FD = lock
     for item in preload:
         if ":" in item:  # "module:function" warms a cache (e.g. builds the Settings class)
             resolve_entrypoint(item)()
@@ -71,8 +109,10 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _exit_on_term)  # run the clean-up below on the way out
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.path.exists(sock_path):
-        os.unlink(sock_path)
+    # What a dead launcher left behind (we hold the lock: no live one owns these names).
+    for stale in (sock_path, sock_path + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     old_umask = os.umask(0o077)  # only this user may ask the launcher to run anything
     try:
         server.bind(sock_path + ".tmp")
@@ -96,10 +136,12 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
                     traceback.print_exc()
     finally:
         try:
-            if os.path.exists(sock_path):
-                os.unlink(sock_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(sock_path)  # ours: we hold the lock until we exit
         finally:
             server.close()
+            os.close(lock)  # releases it: the next launcher may start
+            _LOCK_FD = -1
 
 
 def _handle(conn: socket.socket, server: socket.socket) -> dict[str, Any]:
@@ -145,6 +187,10 @@ def _detach() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("serve", "run"):
+        # What the launcher and the supervisors write (logs, work directories, results) is
+        # this user's alone; a job's own process gets its client's umask back.
+        os.umask(0o077)
     if args and args[0] == "serve":
         _detach()
         return serve(args[1], float(args[2]), args[3:])

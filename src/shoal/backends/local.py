@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from shoal._internal.private import CLIENT_UMASK_VAR, client_umask
+from shoal.backends._launcher import launcher_lock_path
 from shoal.backends._procfs import process_state, start_ticks
 from shoal.backends._rundir import private_socket_dir
 from shoal.backends._warm import WarmEndpoint, _recv_line, _send_line, claim_worker, pool_dir
@@ -59,8 +61,9 @@ class LocalBackend:
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         pool = self._pool(ctx.pool) if ctx.pool else None
+        env = {**ctx.env, CLIENT_UMASK_VAR: f"{client_umask():03o}"}
         if pool:
-            request: dict[str, Any] = {"job": ctx.job, "env": dict(ctx.env)}
+            request: dict[str, Any] = {"job": ctx.job, "env": env}
             if ctx.batch:
                 request["batch"] = list(ctx.batch)
             claim = claim_worker(pool_dir(self._run_dir, pool), request)
@@ -68,8 +71,7 @@ class LocalBackend:
                 return LaunchInfo("local", claim.pid, socket.gethostname(),
                                   claim.start_ticks or start_ticks(claim.pid), waiter=claim)
         log_path = str(self._run_dir / "supervisors" / f"{ctx.job}.log")
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        env = dict(ctx.env)
+        os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
         if pool:  # the supervisor stays to serve the pool after this job
             env["SHOAL_WARM_POOL_DIR"] = str(pool_dir(self._run_dir, pool))
             env["SHOAL_KEEP_ALIVE_SECONDS"] = str(ctx.keep_alive_seconds)
@@ -118,21 +120,30 @@ class LocalBackend:
                           f"{self._run_dir / 'launcher.log'}")
 
     def _start_launcher(self, path: str) -> None:
+        """Start this home's launcher unless one answers. Starters take turns on a lock, and
+        a launcher holds its own lock while it runs (``_launcher.py``): one that holds it
+        but does not answer yet is waited for, never doubled."""
         self._run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self._run_dir, 0o700)
         log_path = self._run_dir / "launcher.log"
-        with open(f"{path}.lock", "a") as lock:
+        with os.fdopen(os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            with contextlib.suppress(OSError):
-                if _send(path, {"op": "ping"}).get("ok"):
-                    return  # another client started it while we waited for the lock
+            if _answers(path):
+                return  # another client started it while we waited for the lock
+            deadline = time.monotonic() + 60
+            while _launcher_running(path):  # starting up, or on its way out after idling
+                if _answers(path):
+                    return
+                if time.monotonic() >= deadline:
+                    raise LaunchError(f"the launcher holding {launcher_lock_path(path)} does "
+                                      f"not answer on {path}; see {log_path}")
+                time.sleep(0.01)  # bounded poll on another process
             pid = _start_detached(
                 [sys.executable, "-m", "shoal.backends._launcher", "serve", path,
                  str(self._idle), *self._preload],
                 str(log_path), env=_launcher_env(), cwd=None, what="the launcher")
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if os.path.exists(path):
+            while time.monotonic() < deadline + 60:
+                if _answers(path):
                     return
                 if process_state(pid) in (None, "Z", "X"):
                     tail = log_path.read_text(errors="replace")[-2000:]
@@ -188,7 +199,7 @@ class LocalBackend:
 def _start_detached(argv: list[str], log_path: str, *, env: dict[str, str], cwd: str | None,
                     what: str) -> int:
     """Run *argv* (which forks and prints the daemon's pid), reap it, return the daemon pid."""
-    with open(log_path, "ab") as log:
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
         try:
             done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=log, start_new_session=True,
@@ -200,6 +211,29 @@ def _start_detached(argv: list[str], log_path: str, *, env: dict[str, str], cwd:
     except (IndexError, ValueError):
         raise LaunchError(f"cannot start {what} (exit code {done.returncode}); see {log_path}",
                           log=log_path) from None
+
+
+def _answers(path: str) -> bool:
+    """A launcher listens on *path* and answers a ping."""
+    try:
+        return bool(_send(path, {"op": "ping"}).get("ok"))
+    except (OSError, ValueError):
+        return False
+
+
+def _launcher_running(path: str) -> bool:
+    """A live process holds the launcher's lifetime lock of *path*."""
+    try:
+        fd = os.open(launcher_lock_path(path), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also releases our own test lock at once
+    return False
 
 
 def _launcher_env() -> dict[str, str]:

@@ -109,8 +109,10 @@ def describe(
     metadata = service.metadata
     summaries = metadata.metric_summaries(job_owner(name))
     runs = metadata.runs_for_job(name)
+    disk = _disk_usage(name)
     if as_json:
         data = record_json(record, log_uri=log_uri)
+        data["disk"] = disk
         data["metrics"] = [{"name": s.name, "count": s.count, "min": s.min, "max": s.max,
                             "avg": s.avg, "last": s.last} for s in summaries]
         data["runs"] = [{"experiment_name": r.experiment_name, "run_name": r.run_name}
@@ -118,6 +120,10 @@ def describe(
         print(json.dumps(data, indent=2))
         return
     sections = _describe_sections(record, log_uri)
+    sections.insert(1, ("On disk", key_values([
+        ("artifacts", _size(disk["artifact_bytes"])),
+        ("work directory", _size(disk["workdir_bytes"])),
+        ("total", _size(disk["total_bytes"]))])))
     if runs:
         sections.append(("Experiment runs", key_values(
             [(f"{r.experiment_name}/{r.run_name}",
@@ -130,6 +136,19 @@ def describe(
             out().print()
         out().print(title, style="bold")
         emit(body)
+
+
+def _disk_usage(name: str) -> dict[str, int]:
+    """What the job keeps: its stored artifacts, and its work directory on this machine."""
+    from shoal.jobs._workfiles import job_disk_usage
+
+    session = state.session()
+    return job_disk_usage(session.jobs.artifacts, session.home / "work", name)
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024 ** 2:.1f} MiB ({n} bytes)" \
+        if n >= 1024 ** 2 else f"{n / 1024:.1f} KiB ({n} bytes)"
 
 
 def _metrics_summary(summaries: list[Any], job: str) -> Any:

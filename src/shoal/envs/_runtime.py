@@ -22,10 +22,12 @@ RUNTIME_MODULES = (
     "_internal/lazy.py",
     "_internal/jsoncodec.py",
     "_internal/secrets.py",
+    "_internal/private.py",
     "serialization/__init__.py",
     "jobs/__init__.py",
     "jobs/_entrypoint.py",
     "jobs/_child.py",
+    "jobs/_descendants.py",
     "jobs/_zygote.py",
     "jobs/_executor.py",
 )

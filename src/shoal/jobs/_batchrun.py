@@ -128,6 +128,8 @@ class BatchRun:
                 self._run_calls()
             finally:
                 sup._slots.release()
+                # What the calls started and left (a scan per call would slow batches down).
+                sup.end_leftovers(self._spec.stop_grace_period_in_seconds)
         except Exception as e:  # a store failure or a shoal bug: never leave a job running
             logger.exception("supervisor of batch %s failed", self._batch)
             reason = (f"the supervisor failed: {type(e).__name__}: {e}\n"

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from shoal._internal.jsoncodec import dumps as _json_dumps  # a job may monkeypatch json
 from shoal._internal.jsoncodec import loads as _json_loads
+from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import become_job_process, limit_memory, replace_environ
 
 __all__ = ["serve"]
@@ -88,6 +89,7 @@ def serve(ctrl: socket.socket, out: int, memory_mib: int | None = None) -> NoRet
     code = 0
     try:
         become_job_process(out)
+        restore_client_umask(os.environ)
         limit_memory(memory_mib)
         snapshot = _Snapshot()
         inbox = _Inbox(ctrl)

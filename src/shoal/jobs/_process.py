@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import become_job_process, replace_environ, run_and_exit
 
 __all__ = ["ExecProcess", "ForkedProcess", "JobProcess", "killpg"]
@@ -110,6 +111,7 @@ def _run_forked_child(workdir: Path, env: dict[str, str], limits: Any, out: int,
     become_job_process(out, close_fds)
     limits()
     replace_environ(env)
+    restore_client_umask(env)
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:0] = extra
     os.chdir(workdir)
@@ -137,6 +139,7 @@ def _limits(memory_mib: int | None) -> Any:
     libc = _libc()  # loaded in the parent: a forked child pays nothing for it
 
     def apply() -> None:
+        restore_client_umask(os.environ)  # the supervisor's is 077; the job gets its client's
         # Die with the supervisor: a job never outlives the process that records its end.
         with contextlib.suppress(OSError, AttributeError):
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -10,6 +10,11 @@ Protocol, one Unix-socket connection per job: the supervisor sends one JSON line
 the read end of the job's output pipe attached (SCM_RIGHTS), and ``{"exit": code}`` (a negative
 code is a signal) when the job's process ends. The zygote exits after an idle period.
 
+The zygote and each job it forks are child subreapers (``_descendants.py``): what a job
+starts stays its own while it runs, comes to the zygote when it ends, and the zygote ends it
+then (SIGTERM, then SIGKILL after the job's ``grace_seconds``), so nothing a job started
+outlives it, even a process that left its session.
+
     python -m shoal.jobs._zygote SOCKET IDLE_SECONDS
 """
 
@@ -23,22 +28,29 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
+from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import (
     become_job_process,
     limit_memory,
     replace_environ,
     run_and_exit,
 )
+from shoal.jobs._descendants import _children, become_subreaper, descendants
+
+_GRACE_S = 10.0  # until a request says otherwise
 
 __all__ = ["main"]
 
 
 def _child(request: dict[str, Any], out: int) -> int:
     become_job_process(out)
+    become_subreaper()  # keeps what the job starts (and orphans) its own until it ends
     limit_memory(request.get("memory_mib"))
     replace_environ(request.get("env") or {})
+    restore_client_umask(request.get("env") or {})
     sys.path[:0] = [p for p in request.get("pythonpath") or [] if p not in sys.path]
     os.chdir(request["workdir"])
     from shoal.jobs._entrypoint import main as entry
@@ -53,11 +65,14 @@ class _Zygote:
         self._jobs: dict[int, socket.socket] = {}  # child pid -> its supervisor's connection
         self._sel = selectors.DefaultSelector()
         self._own_fds: list[int] = []
+        self._grace = _GRACE_S
+        self._leftovers: dict[int, float] = {}  # what ended jobs left -> when to SIGKILL it
 
     def serve(self) -> int:
         from shoal.serialization import warm_up
 
         warm_up()
+        become_subreaper()  # what an ended job left comes to us (_end_leftovers)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
@@ -78,8 +93,8 @@ class _Zygote:
         gc.freeze()
         try:
             while True:
-                events = self._sel.select(None if self._jobs else self._idle)
-                if not events and not self._jobs:
+                events = self._sel.select(self._timeout())
+                if not events and not self._jobs and not self._leftovers:
                     return 0
                 for key, _ in events:
                     if key.data == "accept":
@@ -91,6 +106,7 @@ class _Zygote:
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake_r, 4096)
                 self._reap()
+                self._end_leftovers()
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path)
@@ -109,6 +125,9 @@ class _Zygote:
         except (OSError, ValueError):
             conn.close()
             return
+        grace = request.get("grace_seconds")
+        if isinstance(grace, int | float) and grace >= 0:
+            self._grace = float(grace)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the job's own process
@@ -151,13 +170,14 @@ class _Zygote:
             self._sel.unregister(conn)
 
     def _reap(self) -> None:
-        while self._jobs:
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            self._leftovers.pop(pid, None)
             conn = self._jobs.pop(pid, None)
             if conn is not None:
                 with contextlib.suppress(KeyError, ValueError):
@@ -166,6 +186,30 @@ class _Zygote:
                     code = os.waitstatus_to_exitcode(status)
                     conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
                 conn.close()
+
+    def _timeout(self) -> float | None:
+        if self._leftovers:
+            return max(0.01, min(self._leftovers.values()) - time.monotonic())
+        return None if self._jobs else self._idle
+
+    def _end_leftovers(self) -> None:
+        """A child we did not fork was adopted from a job that ended (each job keeps its own
+        orphans while it runs): SIGTERM it and what it started, SIGKILL after the grace."""
+        now = time.monotonic()
+        for kid in _children(os.getpid()) or ():
+            if kid in self._jobs:
+                continue
+            if kid not in self._leftovers:
+                self._leftovers[kid] = now + self._grace
+                sig = signal.SIGTERM
+            elif now >= self._leftovers[kid]:
+                sig = signal.SIGKILL
+                self._leftovers[kid] = now + 1.0  # again in a second, until it is reaped
+            else:
+                continue
+            for pid in (kid, *descendants(kid)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
 
 
 def _exit_on_term(signum: int, frame: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import StreamRedactor, mask_text
 from shoal.errors import InvalidTransitionError, ShoalError
+from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -43,6 +44,7 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
+from shoal.jobs._workfiles import collect, drop_copies
 from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen, take_handover
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
@@ -100,6 +102,7 @@ class Supervisor:
                                   fork=self._fork)
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
+        self._subreaper = False  # adopts what the job's processes orphan (_install_signals)
         # Sees the output of a script job as it streams; syncs a job's checkpoints meanwhile.
         self._tap: TrainingAttempt | CheckpointTap | None = None
         self._hidden: tuple[str, ...] = ()  # the current job's secret values (masked)
@@ -111,6 +114,9 @@ class Supervisor:
     def _install_signals(self) -> None:
         if self._wake_r >= 0:
             return
+        # Orphans of the job (a setsid child whose parent exited, a double fork) come to us,
+        # not to init: end_leftovers() ends them with the job.
+        self._subreaper = become_subreaper()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -173,6 +179,10 @@ class Supervisor:
                 if attempt > 1:
                     sink.write(f"[shoal] attempt {attempt} of {attempts}\n".encode())
                 outcome = self._attempt(record, attempt, sink)
+                # Its outcome is stored: the copies in its work directory only take space.
+                drop_copies(self._work_root / f"{record.name}.{attempt}",
+                            script=spec.kind == JobKind.SCRIPT,
+                            uploaded=outcome.status == JobStatus.COMPLETED)
                 if outcome.retry and attempt < attempts and not self._stop:
                     try:
                         self._svc.transition(record.name, JobStatus.PENDING,
@@ -252,10 +262,12 @@ class Supervisor:
                 proc = training.start(self._plan.python, env, spec.memory_mib)
             elif self._plan.runtime is not None and self._run_dir is not None:
                 # An isolated interpreter: fork the job from that interpreter's warm zygote.
-                sock = ensure_zygote(self._plan.python, (self._plan.runtime,), self._run_dir,
-                                     self._zygote_idle)
+                with not_subreaper():  # the zygote serves other jobs: never our orphan
+                    sock = ensure_zygote(self._plan.python, (self._plan.runtime,),
+                                         self._run_dir, self._zygote_idle)
                 proc: JobProcess = ZygoteProcess.start(sock, {
                     "workdir": str(workdir), "env": env, "memory_mib": spec.memory_mib,
+                    "grace_seconds": spec.stop_grace_period_in_seconds,
                     "pythonpath": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]})
             elif self._plan.fork and self._warm:
                 # A warm pool runs its jobs in one persistent executor (reset between jobs).
@@ -497,7 +509,16 @@ class Supervisor:
         sel.close()
         rc = proc.wait()
         proc.finish()  # kill leftovers of the job's process group, close the pipe
+        self.end_leftovers(spec.stop_grace_period_in_seconds)
         return rc, stopped, timed_out
+
+    def end_leftovers(self, grace: float) -> None:
+        """End every process the job left, in its session or not (SIGTERM, then SIGKILL
+        after *grace*): all our descendants but the warm executor itself."""
+        if self._subreaper:
+            spare = (self._executor.pid,) if self._executor is not None and \
+                self._executor.alive else ()
+            end_descendants(grace, spare)
 
     def _executor_for(self, spec: JobSpec) -> WarmExecutor:
         if self._executor is None or not self._executor.usable(spec.memory_mib):
@@ -556,7 +577,7 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
                            f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
                            "the job was killed (SIGKILL)", exit_code=rc)
-        kind, blobs, detail = _collect(workdir, inline)
+        kind, blobs, detail = collect(workdir, inline)
         if rc == EXIT_OK and kind == "results" and blobs is not None:
             self._upload(name, "results", blobs)
             return Outcome(JobStatus.COMPLETED, exit_code=0)
@@ -609,29 +630,3 @@ class _StdoutSink:
     def close(self) -> None:
         self._put(self._redactor.flush())
         sys.stdout.flush()
-
-
-def _collect(workdir: Path, inline: dict[str, Any] | None
-             ) -> tuple[str | None, tuple[bytes, bytes] | None, dict[str, Any]]:
-    """What the job handed back: from a warm executor's answer, or from its files."""
-    if inline is not None:
-        kind = inline.get("kind") or ("error" if inline.get("error") else None)
-        detail = inline.get("summary") or inline.get("error") or {}
-        return kind, inline.get("payload"), detail
-    for kind in ("results", "exception"):
-        if (workdir / f"{kind}.json").exists():
-            blobs = ((workdir / f"{kind}.pkl").read_bytes(),
-                     (workdir / f"{kind}.json").read_bytes())
-            detail = _read_json(workdir / "exception.summary.json") if kind == "exception" else {}
-            return kind, blobs, detail
-    if (workdir / "shoal_error.json").exists():
-        return "error", None, _read_json(workdir / "shoal_error.json")
-    return None, None, {}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -65,6 +65,43 @@ def _read_file(path: str, what: str) -> bytes:
                                    path=path) from e
 
 
+_CLIENT: tuple[int, dict[str, Any]] | None = None
+
+
+def _with_client(spec: JobSpec) -> JobSpec:
+    """*spec* naming the process that submits it (``extra["client"]``: host, pid, start
+    ticks), so that a record whose client died before a supervisor took it ends at once."""
+    import os
+    import socket
+
+    from shoal.backends._procfs import start_ticks
+
+    global _CLIENT
+    pid = os.getpid()
+    if _CLIENT is None or _CLIENT[0] != pid:
+        _CLIENT = (pid, {"host": socket.gethostname(), "pid": pid,
+                         "start_ticks": start_ticks(pid)})
+    return dataclasses.replace(spec, extra={**spec.extra, "client": _CLIENT[1]})
+
+
+def _client_gone(record: JobRecord) -> str | None:
+    """Why *record*'s client can no longer hand it to a supervisor (it ran on this host and
+    has exited), or None."""
+    import socket
+
+    from shoal.backends._procfs import process_state, start_ticks
+
+    client = record.spec.extra.get("client")
+    if not isinstance(client, dict) or client.get("host") != socket.gethostname():
+        return None
+    pid = int(client.get("pid") or 0)
+    if pid and process_state(pid) not in (None, "Z", "X") and \
+            start_ticks(pid) == client.get("start_ticks"):
+        return None
+    return (f"its client (pid {pid} on {client['host']}) exited before handing the job to a "
+            "supervisor")
+
+
 def log_key(job: str) -> str:
     return job_key(job, "logs", "output.log")
 
@@ -140,6 +177,7 @@ class JobService:
 
             raise ConfigError("this process (a job's supervisor) cannot submit jobs: it holds "
                               "no user secret")
+        spec = _with_client(spec)  # a record whose client dies unlaunched ends at once
         salt = new_salt()
         secret = self.keys.secret(spec.name, salt)
         sealed = seal_env(spec.environment_variables, secret, spec.name)
@@ -534,17 +572,19 @@ class JobService:
         alive = self.backend.is_alive(record.handle)
         if alive is None and not record.handle:
             age = (self._clock.now() - record.created_at).total_seconds()
-            if age < _UNLAUNCHED_GRACE_S:
+            reason = _client_gone(record)
+            if reason is None and age < _UNLAUNCHED_GRACE_S:
                 return False
-            reason = f"no supervisor was started for {int(age)} s after the job was created"
+            reason = reason or f"no supervisor was started for {int(age)} s after the job " \
+                               "was created"
         elif alive is False:
             reason = (f"its supervisor (pid {record.handle.get('pid')}) exited without reporting "
                       "an end state: it was killed, or the machine restarted")
         else:
             return False
         current = self.metadata.get_job(record.name)
-        if current.is_terminal:
-            return False
+        if current.is_terminal or (current.handle and not record.handle):
+            return False  # it ended, or a supervisor took it meanwhile
         status = JobStatus.STOPPED if current.status == JobStatus.STOPPING else JobStatus.FAILED
         try:
             self.transition(record.name, status, failure_kind=FailureKind.SUPERVISOR_LOST,

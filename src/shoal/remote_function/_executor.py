@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures.thread  # noqa: F401 - see _python_exit
 import dataclasses
 import functools
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -85,6 +87,23 @@ class RemoteFuture(Future):  # type: ignore[type-arg]
 
 
 _STOP = object()
+#: Executors with workers; at interpreter exit each is shut down and waited for, as
+#: concurrent.futures.thread does for ThreadPoolExecutor (its workers are daemon threads too).
+_LIVE: weakref.WeakSet[RemoteExecutor] = weakref.WeakSet()
+_exiting = False
+
+
+def _python_exit() -> None:
+    """Before the interpreter shuts down: run every submitted call to its end. (The calls
+    may import what registers such hooks itself, which fails from here on: fsspec imports
+    concurrent.futures.thread, so that is imported above, before shutdown.)"""
+    global _exiting
+    _exiting = True
+    for executor in list(_LIVE):
+        executor.shutdown(wait=True)
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]  # the stdlib's own hook
 #: Most calls a warm worker is handed at once when map() is given no chunksize.
 AUTO_CHUNK = 64
 
@@ -166,6 +185,9 @@ class RemoteExecutor(Executor):
         with self._lock:
             if self._shutdown and not after_shutdown:
                 raise RuntimeError("cannot submit to a RemoteExecutor after shutdown()")
+            if _exiting:
+                raise RuntimeError("cannot submit to a RemoteExecutor after interpreter "
+                                   "shutdown began")
             future = RemoteFuture()
             # Build the spec now: bad options or config fail at submit(), not in a thread.
             session = self._session()
@@ -188,6 +210,7 @@ class RemoteExecutor(Executor):
         t = threading.Thread(target=self._work, name=f"shoal-executor-{len(self._workers)}",
                              daemon=True)
         self._workers.append(t)
+        _LIVE.add(self)
         t.start()
 
     def _take(self) -> list[_Item] | None:

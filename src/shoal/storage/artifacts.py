@@ -47,7 +47,7 @@ class FsspecArtifactStore:
             raise ArtifactStoreError(f"cannot open artifact store {url!r}: {e}. For s3:// "
                                      "install shoal[s3].", url=url) from e
         if "file" in _protocols(fs):
-            os.makedirs(path, exist_ok=True)
+            os.makedirs(path, mode=0o700, exist_ok=True)  # a new root: this user's alone
         return cls(fs, path, url)
 
     @property
@@ -72,17 +72,17 @@ class FsspecArtifactStore:
             if self._local:
                 parent = os.path.dirname(path)
                 if parent not in self._made:
-                    os.makedirs(parent, exist_ok=True)
+                    _makedirs(parent)
                     if len(self._made) > 4096:
                         self._made.clear()
                     self._made.add(parent)
                 tmp = f"{path}.tmp-{os.getpid()}-{next(_TMP_IDS)}-{uuid.uuid4().hex[:8]}"
                 try:
                     try:
-                        f = open(tmp, "wb")  # noqa: SIM115 - closed just below
+                        f = _create_private(tmp)
                     except FileNotFoundError:  # the directory was removed since we made it
-                        os.makedirs(parent, exist_ok=True)
-                        f = open(tmp, "wb")  # noqa: SIM115
+                        _makedirs(parent)
+                        f = _create_private(tmp)
                     with f:
                         f.write(data)
                     os.replace(tmp, path)
@@ -101,9 +101,10 @@ class FsspecArtifactStore:
         try:
             if self._local:
                 parent = os.path.dirname(path)
-                os.makedirs(parent, exist_ok=True)
+                _makedirs(parent)
                 tmp = f"{path}.tmp-{os.getpid()}-{next(_TMP_IDS)}-{uuid.uuid4().hex[:8]}"
                 try:
+                    _create_private(tmp).close()  # copyfile keeps the mode of what it replaces
                     shutil.copyfile(local, tmp)
                     os.replace(tmp, path)
                 except BaseException:
@@ -191,6 +192,18 @@ class FsspecArtifactStore:
             out.append(p[len(root):] if p.startswith(root) else p)
         return sorted(out)
 
+    def disk_usage(self, prefix: str) -> int:
+        """Bytes stored under *prefix* (0 when nothing is)."""
+        path = self._path(prefix)
+        try:
+            self._fs.invalidate_cache(path)
+            return int(self._fs.du(path, total=True)) if self._fs.exists(path) else 0
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            raise ArtifactStoreError(f"cannot measure {self.uri(prefix)}: {e}",
+                                     key=prefix) from e
+
     def delete_prefix(self, prefix: str) -> None:
         path = self._path(prefix)
         try:
@@ -200,6 +213,23 @@ class FsspecArtifactStore:
             return
         except OSError as e:
             raise ArtifactStoreError(f"cannot delete {self.uri(prefix)}: {e}", key=prefix) from e
+
+
+def _makedirs(path: str) -> None:
+    """``os.makedirs``, each directory it creates 0700 (not only the last one)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        _makedirs(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+
+
+def _create_private(path: str) -> Any:
+    """A new file open for writing, mode 0600 whatever the umask (payloads, results and
+    logs are the user's alone)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

@@ -75,7 +75,13 @@ def _make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
+            from shoal._internal.private import create_private_file
+
             _diagnose.make_parent(Path(db))
+            # 0600; SQLite gives its -wal and -shm the same mode. A refusal (read-only
+            # directory, disk full) is told by the connection's own diagnosis below.
+            with contextlib.suppress(OSError):
+                create_private_file(db)
         # Each thread keeps one connection (see _Dbapi); no overflow limit, so an executor with
         # many threads never waits on the pool.
         engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
@@ -619,7 +625,8 @@ def _migration_lock(url: str) -> Iterator[None]:
     import fcntl
 
     Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{parsed.database}.migrate.lock", "a") as f:
+    lock = os.open(f"{parsed.database}.migrate.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(lock, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
