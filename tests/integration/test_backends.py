@@ -7,7 +7,6 @@ Nothing in a test says which backend it runs on; only the ``backend_session`` fi
 from __future__ import annotations
 
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,16 +137,14 @@ def test_a_failing_rank_fails_the_job_and_stops_the_others(backend_session, tmp_
     """))
     est = PyTorch(entry_point=str(script), instance_count=2,
                   distribution={"torch_distributed": {"enabled": True}})
-    t0 = time.monotonic()
     with pytest.raises(JobFailedError):
         est.fit(logs=False)
-    assert time.monotonic() - t0 < 90  # rank 0 was stopped, not waited for
     record = backend_session.jobs.get(est.latest_training_job.name)
     assert record.status == JobStatus.FAILED and record.exit_code == 7
     log = backend_session.jobs.read_log(record.name).decode()
     assert "[algo-2 rank 1] rank 1 giving up" in log
     assert "exited with code 7; stopping the other ranks" in log
-    assert "rank 0 finished" not in log
+    assert "rank 0 finished" not in log  # rank 0 was stopped, not waited for
     assert "exited with code 7" in record.failure_reason
 
 
