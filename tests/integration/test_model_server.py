@@ -663,10 +663,53 @@ def test_two_workers_serve_and_stop_together(models: dict[str, Path], start) -> 
     server = start(models["onnx"], env={"SHOAL_MODEL_SERVER_WORKERS": "2"})
     assert "2 workers" in server.output()
     x = np.ones((1, 4), np.float32)
-    with server.client() as c:
-        for _ in range(4):
-            np.testing.assert_allclose(c.post("/invocations", json=x.tolist()).json(),
-                                       expected(x), rtol=1e-5)
+    # /ping said 200 (in start): every worker has its model, whichever takes the connection
+    for _ in range(8):
+        with server.client() as c:  # a new connection each time: either worker
+            r = c.post("/invocations", json=x.tolist())
+            assert r.status_code == 200, r.text
+            np.testing.assert_allclose(r.json(), expected(x), rtol=1e-5)
+    assert server.stop() == 0
+
+
+def test_ping_is_200_only_once_every_worker_has_its_model(models: dict[str, Path],
+                                                          tmp_path: Path, start) -> None:
+    """Two workers, one of them slow to load (it waits for a file): until both have the model,
+    /ping answers 503 on every connection, and no request reaches a worker without its
+    model; then every request is served."""
+    release = tmp_path / "release"
+    model_dir = script_model(tmp_path, f"""
+        import os, time
+
+        def model_fn(model_dir):
+            try:  # the first worker loads at once, the other waits for the test
+                os.close(os.open({str(tmp_path / "first")!r}, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                deadline = time.monotonic() + 120
+                while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return os.getpid()
+
+        def predict_fn(data, model):
+            return {{"pid": model}}
+    """, artifact=models["onnx"] / "model.onnx")
+    server = start(model_dir, env={"SHOAL_MODEL_SERVER_WORKERS": "2"}, ready=False)
+    wait_until(lambda: server.output().count("model ready in") == 1, 60,
+               what="the first worker to load its model")
+    for _ in range(16):  # new connections: the kernel spreads them over both workers
+        assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 503
+        r = httpx.post(f"{server.url}/invocations", json=[[1, 2, 3, 4]], timeout=10)
+        assert r.status_code in (200, 503), r.text  # 200 only from the worker that loaded
+    release.touch()
+    wait_until(lambda: httpx.get(f"{server.url}/ping", timeout=10).status_code == 200, 60,
+               what="/ping 200")
+    assert server.output().count("model ready in") == 2
+    pids = set()
+    for _ in range(24):
+        r = httpx.post(f"{server.url}/invocations", json=[[1, 2, 3, 4]], timeout=10)
+        assert r.status_code == 200, r.text
+        pids.add(r.json()["pid"])
+    assert len(pids) == 2  # both workers served
     assert server.stop() == 0
 
 

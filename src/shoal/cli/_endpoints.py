@@ -191,22 +191,41 @@ def serve(
     model: Annotated[str, typer.Argument(
         metavar="PATH_OR_URI", help="A model directory, a model.tar.gz, or any fsspec URL.")],
     port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535)] = 8080,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "0.0.0.0",
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on; 0.0.0.0 for every interface (in a container, "
+                       "or behind an --api-key).")] = "127.0.0.1",
     workers: Annotated[int | None, typer.Option("--workers", min=1)] = None,
     max_batch_size: Annotated[int | None, typer.Option("--max-batch-size", min=1)] = None,
     max_batch_delay_ms: Annotated[float | None, typer.Option(
         "--max-batch-delay-ms", min=0)] = None,
     max_payload_mb: Annotated[float | None, typer.Option("--max-payload-mb", min=0)] = None,
     timeout_s: Annotated[float | None, typer.Option("--timeout-s", min=0)] = None,
+    read_timeout_s: Annotated[float | None, typer.Option(
+        "--read-timeout-s", min=0, help="Longest a client may take to send a request "
+                                        "(default 60).")] = None,
+    max_connections: Annotated[int | None, typer.Option(
+        "--max-connections", min=1, help="Open connections kept; past it, the longest-waiting "
+                                         "idle or half-sent one is closed (default "
+                                         "4096).")] = None,
+    api_key: Annotated[str | None, typer.Option(
+        "--api-key", envvar="SHOAL_API_KEY", show_envvar=True,
+        help="Require 'Authorization: Bearer KEY' on every request but /ping.")] = None,
 ) -> None:
-    """Serve a model in the foreground (for containers): /ping, /invocations, /metrics."""
+    """Serve a model in the foreground: /ping, /invocations, /metrics (an LLM: its APIs too).
+
+    Listens on 127.0.0.1:8080 unless told otherwise; in a container give --host 0.0.0.0."""
     argv = [sys.executable, "-m", "shoal.serving", "--model", model, "--host", host,
             "--port", str(port)]
     for flag, value in (("--workers", workers), ("--max-batch-size", max_batch_size),
                         ("--max-batch-delay-ms", max_batch_delay_ms),
-                        ("--max-payload-mb", max_payload_mb), ("--timeout-s", timeout_s)):
+                        ("--max-payload-mb", max_payload_mb), ("--timeout-s", timeout_s),
+                        ("--read-timeout-s", read_timeout_s),
+                        ("--max-connections", max_connections)):
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    env = dict(os.environ)
+    if api_key is not None:  # in the environment, not in the process list
+        env["SHOAL_API_KEY"] = api_key
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, argv)  # the server replaces this process: signals reach it
+    os.execve(sys.executable, argv, env)  # the server replaces this process: signals reach it

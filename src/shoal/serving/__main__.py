@@ -1,7 +1,8 @@
 """``python -m shoal.serving --model PATH_OR_URI``: run a model server.
 
 Flags override the environment (``SHOAL_MODEL_SERVER_WORKERS``, ``SHOAL_MODEL_SERVER_TIMEOUT``,
-``SHOAL_MAX_BATCH_SIZE``, ``SHOAL_MAX_BATCH_DELAY_MS``, ...), which overrides the defaults.
+``SHOAL_MAX_BATCH_SIZE``, ``SHOAL_MAX_BATCH_DELAY_MS``, ``SHOAL_API_KEY``, ...), which overrides
+the defaults. It listens on 127.0.0.1 unless ``--host`` says otherwise.
 Exit status: 0 after SIGTERM/SIGINT, 1 when the model cannot be loaded or the port cannot be
 bound, 2 for malformed options.
 """
@@ -42,6 +43,17 @@ def _parser() -> argparse.ArgumentParser:
                         "SHOAL_MODEL_SERVER_TIMEOUT)")
     p.add_argument("--max-queue", type=int, metavar="N",
                    help="answer 503 when more requests wait for the model (default 1024)")
+    p.add_argument("--read-timeout-s", type=float, metavar="S",
+                   help="longest a client may take to send a whole request; slower ones get "
+                        "408 and are closed (default 60; env SHOAL_MODEL_SERVER_READ_TIMEOUT)")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   help="open connections kept; past it a new one closes the longest-waiting "
+                        "idle or half-sent one, or, when all are busy, gets 503 except for "
+                        "/ping (default 4096; env SHOAL_MODEL_SERVER_MAX_CONNECTIONS)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every request but /ping "
+                        "(default: none; env SHOAL_API_KEY, which, unlike the flag, other "
+                        "users cannot read from the process list)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
@@ -51,15 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from shoal._internal import logconfig
     from shoal.config import shoal_environ
-    from shoal.serving._options import ServerOptions
+    from shoal.serving._options import API_KEY_VAR, ServerOptions
 
     logconfig.configure(getattr(logging, args.log_level))
+    environ = shoal_environ()
     try:
+        api_key = args.api_key
+        if api_key is None and API_KEY_VAR in environ:
+            api_key = environ[API_KEY_VAR]
+            if not api_key.strip():
+                raise ConfigError(f"{API_KEY_VAR} is blank; set it to the key, or unset it "
+                                  f"to serve without one")
         options = ServerOptions.from_env(
-            shoal_environ(), host=args.host, port=args.port, workers=args.workers,
+            environ, host=args.host, port=args.port, workers=args.workers,
             max_batch_size=args.max_batch_size, max_batch_delay_ms=args.max_batch_delay_ms,
             max_payload_mb=args.max_payload_mb, timeout_s=args.timeout_s,
-            max_queue=args.max_queue)
+            max_queue=args.max_queue, read_timeout_s=args.read_timeout_s,
+            max_connections=args.max_connections, api_key=api_key)
     except ConfigError as e:
         sys.stderr.write(f"python -m shoal.serving: {e}\n")
         return 2

@@ -22,7 +22,7 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.serving import _codecs
 from shoal.serving._artifact import ResolvedModel, resolve_model
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
 from shoal.serving._http import ClientDisconnected, RequestError, read_body
@@ -77,6 +77,7 @@ class ModelServerApp(AsgiApp):
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
         self.handler = handler
         self.options = options
+        self.api_key = api_key_bytes(options.api_key)
         self.state = ModelState.LOADING
         self.load_error: BaseException | None = None
         self._resolved = resolved
@@ -89,12 +90,24 @@ class ModelServerApp(AsgiApp):
         self.metrics = ServerMetrics(
             queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
             loaded=lambda: float(self.state is ModelState.READY))
+        #: set by a server of several workers: whether the others have their model too...
+        self.others_ready: Callable[[], bool] | None = None
+        #: ...told when this one has it...
+        self.on_ready: Callable[[], None] | None = None
+        #: ...and whether this one listens only once its model is loaded
+        self.listen_when_loaded = False
+        self._settled: asyncio.Event | None = None
 
     # --- lifespan ---------------------------------------------------------------------------
 
     def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._settled = asyncio.Event()
         threading.Thread(target=self._load, name="shoal-model-load", daemon=True).start()
+
+    async def started(self) -> None:
+        if self.listen_when_loaded and self._settled is not None:
+            await self._settled.wait()  # loaded or failed
 
     async def on_shutdown(self) -> None:
         if self._queue is not None:
@@ -134,6 +147,10 @@ class ModelServerApp(AsgiApp):
                                      on_batch=self.metrics.batch)
         self._queue.start()
         self.state = ModelState.READY
+        if self.on_ready is not None:
+            self.on_ready()
+        if self._settled is not None:
+            self._settled.set()
         batching = f"batches of up to {size}, {delay * 1000:g} ms delay" if size > 1 \
             else "no batching"
         log.info("model ready in %.2f s: %s, %s", seconds, handler.describe(), batching)
@@ -143,6 +160,8 @@ class ModelServerApp(AsgiApp):
         self.load_error = error
         if self._on_load_error is not None:
             self._on_load_error(error)
+        if self._settled is not None:
+            self._settled.set()
 
     # --- routes -----------------------------------------------------------------------------
 
@@ -167,8 +186,12 @@ class ModelServerApp(AsgiApp):
                                             f"/execution-parameters"))
 
     async def _ping(self, send: Send, *, head: bool) -> None:
-        if self.state is ModelState.READY:
+        if self.state is ModelState.READY and (self.others_ready is None or self.others_ready()):
             await _respond(send, 200, b"" if head else b'{"status":"healthy"}', _JSON)
+        elif self.state is ModelState.READY:
+            await _error(send, RequestError(503, "model loading", "another worker of this "
+                                            "server is still loading the model; retry shortly",
+                                            headers=((b"retry-after", b"1"),)))
         else:
             await _error(send, self._not_ready())
 

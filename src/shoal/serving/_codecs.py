@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from shoal.serving._http import RequestError, bad_request
 
-__all__ = ["CSV", "JSON", "NPY", "SUPPORTED", "decode", "encode", "media_type", "negotiate"]
+__all__ = ["CSV", "JSON", "NPY", "SUPPORTED", "decode", "decode_json_document", "encode",
+           "media_type", "negotiate"]
 
 JSON = "application/json"
 CSV = "text/csv"
@@ -102,17 +104,36 @@ def decode(body: bytes, content_type: str, *, dtype: Any = None, writable: bool 
     raise unsupported(content_type, SUPPORTED)
 
 
-def decode_json_document(body: bytes) -> Any:
+#: orjson's nesting limit (arrays and objects within each other)
+_ORJSON_MAX_DEPTH = 1024
+
+
+def decode_json_document(body: bytes, *, invalid: str = "the body is not valid JSON") -> Any:
+    """The JSON document in *body*; 400 (``"{invalid}: why"``) when it does not parse, is
+    nested deeper than the parser goes, or holds an integer longer than Python converts."""
     orjson = _orjson()
     if orjson is not None:
         try:
             return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # NaN/Infinity literals, which json accepts, or an error json will describe
+        except orjson.JSONDecodeError as e:
+            if str(e).startswith("depth limit exceeded"):
+                raise _too_deep(invalid, f"{_ORJSON_MAX_DEPTH}") from None
+            # else NaN/Infinity literals, which json accepts, or an error json will describe
     try:
         return json.loads(body)
+    except RecursionError:
+        raise _too_deep(invalid, f"about {sys.getrecursionlimit()}") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise bad_request(f"the body is not valid JSON: {e}") from None
+        if "integer string conversion" in str(e):
+            raise bad_request(f"{invalid}: it holds an integer with more than "
+                              f"{sys.get_int_max_str_digits()} digits, the most Python converts; "
+                              f"send such a number as a string") from None
+        raise bad_request(f"{invalid}: {e}") from None
+
+
+def _too_deep(invalid: str, limit: str) -> RequestError:
+    return bad_request(f"{invalid}: it is nested more than {limit} levels deep (arrays or "
+                       f"objects within each other), deeper than the server parses")
 
 
 _ORJSON: Any = None

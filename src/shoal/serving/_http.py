@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 __all__ = ["ClientDisconnected", "RequestError", "error_body", "read_body", "respond",
-           "respond_error"]
+           "respond_error", "unauthorized"]
 
 
 class RequestError(Exception):
@@ -48,6 +48,14 @@ async def respond_error(send: Callable[[MutableMapping[str, Any]], Awaitable[Non
 
 def bad_request(detail: str) -> RequestError:
     return RequestError(400, "bad request", detail)
+
+
+def unauthorized() -> RequestError:
+    """401 for a request without the server's API key."""
+    return RequestError(401, "unauthorized",
+                        "this server needs its API key: send the header 'Authorization: Bearer "
+                        "KEY' (the key the server was started with: --api-key or "
+                        "SHOAL_API_KEY)", headers=((b"www-authenticate", b"Bearer"),))
 
 
 def model_error(exc: BaseException) -> RequestError:

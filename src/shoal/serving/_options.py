@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from shoal.errors import ConfigError
 
-__all__ = ["DEFAULT_BATCH_DELAY_MS", "DEFAULT_MAX_BATCH_SIZE", "ENV_VARS", "ServerOptions"]
+__all__ = ["API_KEY_VAR", "DEFAULT_BATCH_DELAY_MS", "DEFAULT_MAX_BATCH_SIZE", "ENV_VARS",
+           "ServerOptions"]
 
 #: Used when a handler can batch and no size was given. Tuned in bench/serving.py: with a cap
 #: below the client concurrency, two batches alternate, so the model runs one while the event
@@ -32,9 +33,16 @@ ENV_VARS: dict[str, str] = {
     "SHOAL_MAX_BATCH_DELAY_MS": "max_batch_delay_ms",
     "SHOAL_MODEL_SERVER_MAX_PAYLOAD_MB": "max_payload_mb",
     "SHOAL_MODEL_SERVER_MAX_QUEUE": "max_queue",
+    "SHOAL_MODEL_SERVER_READ_TIMEOUT": "read_timeout_s",
+    "SHOAL_MODEL_SERVER_MAX_CONNECTIONS": "max_connections",
     "SHOAL_ORT_INTRA_OP_THREADS": "intra_op_threads",
     "SHOAL_ORT_INTER_OP_THREADS": "inter_op_threads",
 }
+
+#: The API key's variable. Only the entry points (``python -m shoal.serving``, ``shoal serve``)
+#: read it: a server built in Python (``create_app``, an endpoint's replica) takes a key only
+#: when given one, so a key in the environment never locks out a ``Predictor``.
+API_KEY_VAR = "SHOAL_API_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,17 @@ class ServerOptions:
         max_payload_mb: request bodies above this are refused with 413 (SageMaker: 6).
         timeout_s: an invocation (queue wait + inference) longer than this is answered 504.
         max_queue: requests waiting for the model beyond this are refused with 503.
+        read_timeout_s: the longest a client may take to send a whole request, from its first
+            byte (from connecting, for a connection's first request) to its last: headers cut
+            short are answered 408, a body cut short is dropped, and the connection closed.
+        max_connections: open connections the server keeps. Past it, a new connection
+            closes the one that has waited longest for its client (half-sent, or idle between
+            requests); when none waits, requests other than ``/ping`` are answered 503 at once.
+            The file descriptor limit is raised to fit (lowered, with a warning, where the
+            hard limit is smaller).
+        api_key: when set, every request but ``/ping`` (and the LLM server's ``/health``)
+            must carry ``Authorization: Bearer KEY`` (compared in constant time), or is
+            answered 401. Never shown in ``repr``.
         intra_op_threads, inter_op_threads: onnxruntime (and torch) thread pools; ``None``
             leaves the runtime's default, except that with several workers each ONNX session
             gets its share of the CPUs (``cpus // workers`` intra-op threads).
@@ -69,6 +88,9 @@ class ServerOptions:
     max_payload_mb: float = 6.0
     timeout_s: float = 60.0
     max_queue: int = 1024
+    read_timeout_s: float = 60.0
+    max_connections: int = 4096
+    api_key: str | None = field(default=None, repr=False)
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
 
@@ -86,6 +108,12 @@ class ServerOptions:
                                   "SHOAL_MAX_BATCH_SIZE and SHOAL_MAX_BATCH_DELAY_MS)")
         _number(self, "max_payload_mb", positive=True)
         _number(self, "timeout_s", positive=True)
+        _number(self, "read_timeout_s", positive=True)
+        _int(self, "max_connections", minimum=1)
+        if self.api_key is not None and (not isinstance(self.api_key, str)
+                                         or not self.api_key.strip()):
+            raise ConfigError("api_key is blank; give a non-empty key (--api-key, or "
+                              f"{API_KEY_VAR}), or none to serve without one")
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) is not None:
                 _int(self, name, minimum=1)
@@ -153,5 +181,6 @@ def _number(options: ServerOptions, name: str, *, positive: bool) -> None:
 
 _FIELD_KINDS: dict[str, type] = {
     "workers": int, "timeout_s": float, "max_batch_size": int, "max_batch_delay_ms": float,
-    "max_payload_mb": float, "max_queue": int, "intra_op_threads": int, "inter_op_threads": int,
+    "max_payload_mb": float, "max_queue": int, "read_timeout_s": float, "max_connections": int,
+    "intra_op_threads": int, "inter_op_threads": int,
 }

@@ -106,7 +106,9 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
     socks = [first]
     try:
         port = first.getsockname()[1]
-        socks += [bind(host, port, reuse_port=True) for _ in range(workers - 1)]
+        # bound, not listening: the kernel gives a socket connections only once its worker
+        # listens on it, which it does once its model is loaded (run_worker)
+        socks += [bind(host, port, reuse_port=True, listen=False) for _ in range(workers - 1)]
     except BaseException:
         for s in socks:
             s.close()
@@ -126,8 +128,10 @@ def _reuse_port_works() -> bool:
     return True
 
 
-def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    """A listening TCP socket on *host*:*port*; ``ServingError`` says why it cannot be had."""
+def bind(host: str, port: int, *, reuse_port: bool = False, listen: bool = True
+         ) -> socket.socket:
+    """A listening (or, with ``listen=False``, only bound) TCP socket on *host*:*port*;
+    ``ServingError`` says why it cannot be had."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -135,7 +139,8 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        if listen:
+            sock.listen(2048)
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
@@ -148,8 +153,32 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions) -> int:
-    """Serve on *sock* in this process with uvicorn; 1 when the model fails to load."""
+class WorkerReadiness:
+    """Which of a server's workers have their model, in memory the workers share: worker
+    *index* marks itself, and its ``/ping`` answers 200 only once every worker has."""
+
+    def __init__(self, flags: Any, index: int) -> None:
+        self._flags = flags  # multiprocessing RawArray, one byte per worker
+        self.index = index
+        self._all = False
+
+    def mark_ready(self) -> None:
+        self._flags[self.index] = 1
+
+    def all_ready(self) -> bool:
+        if not self._all:  # once all are, they stay (a worker that dies ends the server)
+            self._all = all(self._flags)
+        return self._all
+
+
+def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions,
+               readiness: WorkerReadiness | None = None) -> int:
+    """Serve on *sock* in this process with uvicorn; 1 when the model fails to load.
+
+    With *readiness* (one of several workers), ``/ping`` is 200 only once every worker has
+    its model, and every worker but the first starts listening only once its own model is
+    loaded: no request reaches a worker without its model. The first answers ``/ping`` (503)
+    while the models load."""
     import uvicorn
 
     from shoal.serving._app import create_app
@@ -164,24 +193,43 @@ def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions) -> i
             server.should_exit = True
 
     app = create_app(model_dir, options=options, on_load_error=failed)
-    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
-                            proxy_headers=False, server_header=False, timeout_keep_alive=75,
-                            timeout_graceful_shutdown=_STOP_GRACE_S)
-    server = uvicorn.Server(config)
+    if readiness is not None:
+        app.others_ready = readiness.all_ready
+        app.on_ready = readiness.mark_ready
+        app.listen_when_loaded = readiness.index > 0
+    server = uvicorn.Server(uvicorn_config(app, options))
     server.run(sockets=[sock])
     return status
 
 
-def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions) -> None:
+def uvicorn_config(app: Any, options: ServerOptions) -> Any:
+    """uvicorn's settings for *app*: the guarded protocol (read deadline, connection limit;
+    ``shoal.serving._guard``), keep-alive past load balancers' 60 s, no access log."""
+    import uvicorn
+
+    from shoal.serving._guard import fit_fd_limit, guarded_protocol
+
+    protocol = guarded_protocol(read_timeout_s=options.read_timeout_s,
+                                max_connections=fit_fd_limit(options.max_connections),
+                                open_paths=app.open_paths)
+    return uvicorn.Config(app, http=protocol, lifespan="on", log_config=None,
+                          access_log=False, proxy_headers=False, server_header=False,
+                          timeout_keep_alive=75, timeout_graceful_shutdown=_STOP_GRACE_S)
+
+
+def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions, flags: Any,
+                 index: int) -> None:
     from shoal._internal import logconfig
 
     logconfig.configure(logging.INFO)
-    sys.exit(run_worker(sock, model_dir, options))
+    sys.exit(run_worker(sock, model_dir, options, WorkerReadiness(flags, index)))
 
 
 def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOptions) -> int:
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker_main, args=(socks[i % len(socks)], model_dir, options),
+    flags = ctx.RawArray("b", options.workers)
+    procs = [ctx.Process(target=_worker_main,
+                         args=(socks[i % len(socks)], model_dir, options, flags, i),
                          name=f"shoal-model-worker-{i}") for i in range(options.workers)]
     for p in procs:
         p.start()

@@ -28,8 +28,15 @@ from shoal.llm.serving._loading import LoadedModel, load_model
 from shoal.llm.serving._metrics import LlmMetrics
 from shoal.llm.serving._params import GenerationParams, from_lmi, from_openai, invalid
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
-from shoal.serving._http import ClientDisconnected, RequestError, bad_request, read_body
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
+from shoal.serving._codecs import decode_json_document
+from shoal.serving._http import (
+    ClientDisconnected,
+    RequestError,
+    bad_request,
+    read_body,
+    unauthorized,
+)
 from shoal.serving._http import respond as _respond
 from shoal.serving._options import ServerOptions
 
@@ -66,6 +73,7 @@ class LlmServerApp(AsgiApp):
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
         self.options = options
         self.server = server
+        self.api_key = api_key_bytes(server.api_key)
         self.state = ModelState.LOADING
         self.load_error: BaseException | None = None
         self.loaded: LoadedModel | None = None
@@ -145,6 +153,13 @@ class LlmServerApp(AsgiApp):
             log.error("%s", self.load_error)
 
     # --- routing --------------------------------------------------------------------------
+
+    open_paths = frozenset({"/ping", "/health"})
+
+    async def _unauthorized(self, scope: Scope, send: Send) -> None:
+        self.metrics.request(scope["path"] if scope["path"] in self._routes else "other", 401,
+                             0.0)
+        await _error(send, unauthorized(), openai=scope["path"].startswith("/v1/"))
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
@@ -445,10 +460,7 @@ class LlmServerApp(AsgiApp):
 
     async def _json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
         body = await read_body(receive, self._limit)
-        try:
-            data = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise bad_request(f"malformed JSON: {e}") from None
+        data = decode_json_document(body, invalid="malformed JSON")
         if not isinstance(data, dict):
             raise bad_request(f"the body must be a JSON object, got {type(data).__name__}")
         return data

@@ -34,7 +34,7 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send
+from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
 from shoal.serving._http import ClientDisconnected, RequestError, read_body
 from shoal.serving._http import respond as _respond
 from shoal.serving._http import respond_error as _error
@@ -153,6 +153,7 @@ class DjlHandlerApp(AsgiApp):
         self.llm = llm
         self.script = script
         self.server = server
+        self.api_key = api_key_bytes(server.api_key)
         self.state = ModelState.LOADING
         self.load_error: BaseException | None = None
         self._on_load_error = on_load_error
@@ -401,7 +402,7 @@ def _guess_type(body: bytes) -> str:
         return "application/octet-stream"
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "text/plain; charset=utf-8"
     return "application/json"
 

@@ -24,9 +24,6 @@ __all__ = ["serve"]
 
 log = logging.getLogger(__name__)
 
-_STOP_GRACE_S = 30.0
-
-
 class _Stop(BaseException):
     """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
 
@@ -82,6 +79,8 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
 def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
     import uvicorn
 
+    from shoal.serving._run import uvicorn_config
+
     status = 0
     server: uvicorn.Server | None = None
 
@@ -99,10 +98,7 @@ def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
         from shoal.llm.serving._app import LlmServerApp
 
         app = LlmServerApp(llm, options, on_load_error=failed)
-    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
-                            server_header=False, timeout_keep_alive=75,
-                            timeout_graceful_shutdown=_STOP_GRACE_S)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, options))
     server.run(sockets=[sock])
     return status
 
