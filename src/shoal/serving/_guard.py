@@ -12,8 +12,9 @@ read deadline per request and a connection limit that keeps room for new clients
   on), requests other than the open paths (``/ping``, ``/health``) are answered 503 at once,
   and the open paths are answered as usual.
 
-The cost per request is one timer (armed when its first byte arrives, cancelled when its last
-does) and two dict operations. The file descriptor limit is raised to fit the connections.
+The cost per request is a few dict operations and clock reads (well under a microsecond): one
+timer a second per server closes the requests that ran out of time, rather than a timer per
+request. The file descriptor limit is raised to fit the connections.
 """
 
 from __future__ import annotations
@@ -68,32 +69,57 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
     raw_open = frozenset(p.encode() for p in open_paths)
     at_capacity = _at_capacity(max_connections)
     timed_out = _timed_out(read_timeout_s)
-    #: the connections waiting for their client, oldest first (a dict keeps insertion order)
-    waiting: dict[Any, None] = {}
+    # Connections waiting for their client, oldest first (dicts keep insertion order), with
+    # the loop time they began to: in a request not yet whole, or idle between requests.
+    reading: dict[Any, float] = {}
+    idle: dict[Any, float] = {}
+    sweeping: list[bool] = []
+    interval = min(1.0, read_timeout_s / 4)
+
+    def sweep(loop: asyncio.AbstractEventLoop) -> None:
+        """Close the connections whose request has not arrived whole in time (each second:
+        one timer for the server rather than one per request)."""
+        expired = loop.time() - read_timeout_s
+        while reading:
+            proto, since = next(iter(reading.items()))
+            if since > expired:
+                break
+            del reading[proto]
+            proto._read_timed_out()
+        loop.call_later(interval, sweep, loop)
+
+    def make_room() -> None:
+        """Close the connection that has waited longest for its client, if one does."""
+        oldest = min((next(iter(d.items())) for d in (reading, idle) if d),
+                     key=lambda item: item[1], default=None)
+        if oldest is not None:
+            proto = oldest[0]
+            reading.pop(proto, None)
+            idle.pop(proto, None)
+            proto.transport.close()
 
     class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
-        _deadline: asyncio.TimerHandle | None = None
         _began = False  # a request's first byte arrived...
         _headers_done = False  # ...and its headers
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > max_connections and waiting:
-                oldest = next(iter(waiting))
-                del waiting[oldest]
-                oldest._disarm()
-                oldest.transport.close()  # to make room
-            waiting[self] = None
-            self._deadline = self.loop.call_later(read_timeout_s, self._read_timed_out)
+            if len(self.connections) > max_connections:
+                make_room()
+            reading[self] = self.loop.time()  # the first request's clock starts now
+            if not sweeping:
+                sweeping.append(True)
+                self.loop.call_later(interval, sweep, self.loop)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            waiting.pop(self, None)
+            reading.pop(self, None)
+            idle.pop(self, None)
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._deadline is None and self._clients_turn():  # the next request begins
-                self._deadline = self.loop.call_later(read_timeout_s, self._read_timed_out)
+            if self not in reading and self._clients_turn():  # the next request begins
+                idle.pop(self, None)
+                reading[self] = self.loop.time()
             super().data_received(data)
 
         def on_message_begin(self) -> None:
@@ -101,7 +127,7 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
             self._began, self._headers_done = True, False
 
         def on_headers_complete(self) -> None:
-            if len(self.connections) - len(waiting) >= max_connections and \
+            if len(self.connections) - len(reading) - len(idle) >= max_connections and \
                     self.url.partition(b"?")[0] not in raw_open:
                 app, self.app = self.app, at_capacity  # every connection is busy
                 try:
@@ -114,38 +140,27 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._disarm()
             self._began = False
-            self._settle()
+            reading.pop(self, None)
+            if self.cycle.response_complete:  # answered before the body was read
+                idle[self] = self.loop.time()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
-                self._settle()
+            if self.transport.is_closing() or self in reading or not self._clients_turn():
+                return  # closing, its body still arriving, or a pipelined request runs
+            if self._began:  # the next (pipelined) request is partly here: its clock starts
+                reading[self] = self.loop.time()
+            else:
+                idle[self] = self.loop.time()
 
         def _clients_turn(self) -> bool:
             """No request in progress, or one whose body is still arriving."""
             cycle = self.cycle
             return cycle is None or cycle.response_complete or cycle.more_body
 
-        def _settle(self) -> None:
-            """Into ``waiting`` (at its end) while the connection waits for its client, out of
-            it while the app works on its request."""
-            waiting.pop(self, None)
-            if self._clients_turn():
-                waiting[self] = None
-                if self._began and self._deadline is None:  # a pipelined request, half here
-                    self._deadline = self.loop.call_later(read_timeout_s,
-                                                          self._read_timed_out)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
         def _read_timed_out(self) -> None:
-            self._deadline = None
-            waiting.pop(self, None)
+            idle.pop(self, None)
             if self._began and not self._headers_done and not self.transport.is_closing():
                 self.transport.write(timed_out)
             self.transport.close()
