@@ -232,7 +232,8 @@ def test_the_dockerfile_is_a_slim_non_root_sagemaker_container(tiny, tmp_path):
     [health] = args["HEALTHCHECK"]
     assert health.startswith("--interval=") and "CMD" in health
     assert "http://127.0.0.1:8080/ping" in health
-    assert args["ENTRYPOINT"] == ['["python", "/opt/program/serve.py"]']
+    # inside a container it listens on every interface; run by hand, on 127.0.0.1
+    assert args["ENTRYPOINT"] == ['["python", "/opt/program/serve.py", "--host", "0.0.0.0"]']
     assert args["CMD"] == ['["serve"]']  # SageMaker starts it as 'docker run IMAGE serve'
     assert "model/ ./model/" in args["COPY"]
     assert "README.md" in (record.path / ".dockerignore").read_text()

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the bundled model over HTTP.")
     parser.add_argument("command", nargs="?", default="serve", choices=["serve"],
                         help="SageMaker starts a container with 'serve'")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (the container image passes 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8080)
     args = parser.parse_args(argv)
     import uvicorn
