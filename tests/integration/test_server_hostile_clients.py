@@ -139,7 +139,7 @@ def closed_by_server(conns: list[socket.socket], timeout: float) -> list[bytes]:
 
 def timed_ping(url: str, *, headers: dict[str, str] | None = None) -> tuple[int, float]:
     started = time.monotonic()
-    status = httpx.get(f"{url}/ping", timeout=10, headers=headers).status_code
+    status = httpx.get(f"{url}/ping", timeout=15, headers=headers).status_code
     return status, time.monotonic() - started
 
 
@@ -203,7 +203,7 @@ def test_half_sent_requests_are_closed_after_the_read_timeout_and_ping_answers(
     conns = half_sent(port, HALF_SENT // 2) + half_sent(port, HALF_SENT // 2, body=True)
     try:
         status, seconds = timed_ping(guarded.url)
-        assert status == 200 and seconds < 5
+        assert status == 200 and seconds < 10  # not held up by the half-sent ones
         r = httpx.post(f"{guarded.url}/invocations", json=[[1, 2, 3, 4]], timeout=10,
                        headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200, r.text
@@ -414,7 +414,7 @@ def test_llm_half_sent_requests_are_closed_and_ping_answers(llm_server: str) -> 
         + half_sent(_port(llm_server), HALF_SENT // 2, body=True)
     try:
         status, seconds = timed_ping(llm_server)
-        assert status == 200 and seconds < 5
+        assert status == 200 and seconds < 10  # not held up by the half-sent ones
         closed_by_server(conns, timeout=30)
     finally:
         for conn in conns:

@@ -34,6 +34,16 @@ def test_options_environment_is_overridden_by_explicit_values() -> None:
     assert ServerOptions.from_env({}) == ServerOptions()
 
 
+def test_hostile_client_options_default_to_loopback_and_hide_the_key() -> None:
+    opts = ServerOptions.from_env({"SHOAL_MODEL_SERVER_READ_TIMEOUT": "5",
+                                   "SHOAL_MODEL_SERVER_MAX_CONNECTIONS": "64",
+                                   "SHOAL_API_KEY": "from-env"})
+    assert (opts.host, opts.read_timeout_s, opts.max_connections) == ("127.0.0.1", 5.0, 64)
+    assert opts.api_key is None  # only the entry points read SHOAL_API_KEY
+    keyed = ServerOptions(api_key="hunter2")
+    assert keyed.api_key == "hunter2" and "hunter2" not in repr(keyed)
+
+
 def test_workers_share_the_cpus_out_unless_threads_are_set() -> None:
     import os
 
@@ -59,6 +69,9 @@ def test_workers_share_the_cpus_out_unless_threads_are_set() -> None:
     ({"timeout_s": 0}, "timeout_s must be > 0"),
     ({"max_payload_mb": -1}, "max_payload_mb must be > 0"),
     ({"max_queue": 0}, "max_queue must be >= 1"),
+    ({"read_timeout_s": 0}, "read_timeout_s must be > 0"),
+    ({"max_connections": 0}, "max_connections must be >= 1"),
+    ({"api_key": "  "}, "api_key is blank"),
 ])
 def test_malformed_options_are_refused(kwargs: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
