@@ -99,7 +99,11 @@ class ServerProcess:
         sys.stdout.write(f"[shoal] endpoint {spec.get('endpoint')}: environment "
                          f"{built.key[:12]} ({'cached' if built.cached else 'built'})\n")
         runtime = serving_pythonpath(home / "envs" / "serving-runtime")
-        env = child_environ(PYTHONPATH=str(runtime), PYTHONUNBUFFERED="1")
+        # The node's environment, less shoal's own settings (as the local supervisor does): the
+        # server reads none of them, and a node's SHOAL_API_KEY would lock out this replica.
+        env = {k: v for k, v in child_environ(PYTHONPATH=str(runtime),
+                                              PYTHONUNBUFFERED="1").items()
+               if not k.startswith("SHOAL_")}
         server = cls([], env, model_dir, root)
         server._argv = [str(built.python), "-m", SERVER_MODULE, "--model", str(model_dir),
                         "--host", _HOST, "--port", "0", "--port-file", str(server._port_file)]
