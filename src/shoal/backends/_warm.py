@@ -218,6 +218,7 @@ class WarmEndpoint:
         """Make the worker claimable (after ``open(busy=True)``); idempotent."""
         held, self._busy = self._busy, None
         if held is not None:
+            self._idle_from_now()
             with contextlib.suppress(OSError):
                 fcntl.flock(held, fcntl.LOCK_UN)
             held.close()
@@ -273,6 +274,12 @@ class WarmEndpoint:
                 _send_line(self._conn, {"done": True})
             self._conn.close()
             self._conn = None
+        self._idle_from_now()
+
+    def _idle_from_now(self) -> None:
+        """The claim file's mtime says since when the worker is idle (``shoal workers``)."""
+        with contextlib.suppress(OSError):
+            os.utime(self._dir / f"{self._pid}.claim")
 
     def _retire(self) -> bool:
         claim = self._dir / f"{self._pid}.claim"
