@@ -156,9 +156,24 @@ def _is_claimed(claim: Path) -> bool | None:
         return None
 
 
+def _pool_dirs(run_dir: Path) -> list[Path]:
+    """The home's pools: under its run directory, and those whose path was too long for
+    AF_UNIX (in the private socket directory, marked with their run directory)."""
+    dirs = sorted((run_dir / "warm").glob("*/"))
+    with contextlib.suppress(Exception):
+        from shoal.backends._rundir import private_socket_dir
+        from shoal.backends._warm import OWNER_FILE
+
+        for d in sorted((private_socket_dir() / "warm").glob("*/")):
+            with contextlib.suppress(OSError):
+                if (d / OWNER_FILE).read_text() == str(run_dir):
+                    dirs.append(d)
+    return dirs
+
+
 def _warm_workers(run_dir: Path, home: str) -> list[Worker]:
     found = []
-    for claim in sorted((run_dir / "warm").glob("*/*.claim")):
+    for claim in sorted(c for d in _pool_dirs(run_dir) for c in d.glob("*.claim")):
         try:
             pid = int(claim.name.split(".")[0])
         except ValueError:
