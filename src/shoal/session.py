@@ -408,13 +408,17 @@ def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float,
                 endpoint: Any = None) -> None:
     """Stay alive for *keep_alive* seconds after each job and take the next one handed over
     (on *endpoint*, or a new one for *pool*)."""
+    from shoal._internal.proctitle import set_title
     from shoal.jobs._child import replace_environ
 
     if endpoint is None:
         endpoint = session.backend.warm_endpoint(pool)
+    short = os.path.basename(pool.rstrip("/"))
     try:
         endpoint.release()  # claimable from now on (if the first job did not release it)
+        set_title("warm-worker", f"{short} idle")
         while (request := endpoint.next_job(keep_alive, supervisor.stop_requested)) is not None:
+            set_title("warm-worker", f"{short} {request.job}")
             replace_environ(request.env)  # each job runs with its own client's environment
             try:
                 if request.batch:
@@ -423,6 +427,7 @@ def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float,
                     supervisor.run(request.job)
             finally:
                 endpoint.job_done()
+                set_title("warm-worker", f"{short} idle")
     finally:
         endpoint.close()
 
@@ -445,6 +450,9 @@ def _supervisor(session: Session, *, warm: bool) -> Any:
 def supervisor_main(job: str, *batch: str) -> int:
     """Entry point of a job's supervisor process (forked by the launcher or spawned); with
     *batch*, *job* names a batch and *batch* its jobs (``JobService.submit_batch``)."""
+    from shoal._internal.proctitle import set_title
+
+    set_title("supervisor", job)
     session = _WARM.get(_warm_key(os.environ)) or Session()
     pool = os.environ.get("SHOAL_WARM_POOL_DIR")
     keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)

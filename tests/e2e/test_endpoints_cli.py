@@ -97,6 +97,12 @@ def test_list_describe_invoke_delete(session, onnx_dir, tmp_path):
     bad = run_cli("endpoints", "invoke", "cli-linear", "--body", "[[1, 2]]")
     assert bad.returncode == 6
     assert_one_line_error(bad, "'cli-linear' answered 4")
+    # The server's explanation (its "detail"), not only its one-word "error".
+    refused = run_cli("endpoints", "invoke", "cli-linear", "--body", "[[1, 2, 3, 4]]",
+                      "--accept", "text/x-nothing")
+    assert refused.returncode == 6
+    assert_one_line_error(refused, "answered 406", "not acceptable: Accept 'text/x-nothing' "
+                                                   "asks for nothing this model answers with")
 
     pids = [i["pid"] for i in data["instances"]]
     deleted = run_cli("endpoints", "delete", "cli-linear")

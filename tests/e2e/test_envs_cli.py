@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,11 +40,14 @@ def test_list_and_prune_environments(clean_env: Path, tmp_path: Path):
         s.close()
     listed = _cli("envs", "list")
     assert listed.returncode == 0 and env.key[:16] in listed.stdout
+    assert listed.stdout.split()[:3] == ["KEY", "PACKAGES", "SIZE"]  # the shared table style
+    [as_json] = json.loads(_cli("envs", "list", "--json").stdout)
+    assert as_json["key"] == env.key and as_json["size_bytes"] == env.size_bytes
     kept = _cli("envs", "prune", "--unused-for", "7d")
     assert kept.returncode == 0 and "removed 0" in kept.stdout
     pruned = _cli("envs", "prune", "--unused-for", "0")
     assert pruned.returncode == 0 and env.key[:16] in pruned.stdout
     assert not env.path.exists()
-    assert "no cached environments" in _cli("envs", "list").stdout
+    assert "no cached environments" in _cli("envs", "list").stderr
     bad = _cli("envs", "prune", "--unused-for", "soon")
     assert bad.returncode == 2 and "not a duration" in bad.stderr

@@ -101,6 +101,7 @@ def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:
                          f"{sock_path}; exiting\n")
         return 0
     _LOCK_FD = lock
+    _title(sock_path)
     for item in preload:
         if ":" in item:  # "module:function" warms a cache (e.g. builds the Settings class)
             resolve_entrypoint(item)()
@@ -168,6 +169,16 @@ def _handle(conn: socket.socket, server: socket.socket) -> dict[str, Any]:
         conn.close()
         _child(request, request.get("log_path"))
     return {"pid": pid, "start_ticks": start_ticks(pid)}
+
+
+def _title(sock_path: str) -> None:
+    """``shoal launcher HOME`` in ps (the socket is in ``HOME/run`` unless that path was too
+    long for AF_UNIX)."""
+    from shoal._internal.proctitle import set_title
+
+    run_dir = os.path.dirname(sock_path)
+    set_title("launcher", os.path.dirname(run_dir) if os.path.basename(run_dir) == "run"
+              else sock_path)
 
 
 def _exit_on_term(signum: int, frame: Any) -> None:

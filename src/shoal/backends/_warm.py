@@ -27,7 +27,12 @@ from typing import IO, Any
 from shoal.backends._procfs import start_ticks
 from shoal.backends._rundir import private_socket_dir
 
-__all__ = ["WarmClaim", "WarmEndpoint", "WarmRequest", "claim_worker", "pool_dir"]
+__all__ = ["OWNER_FILE", "WarmClaim", "WarmEndpoint", "WarmRequest", "claim_worker",
+           "pool_dir"]
+
+#: In a pool's directory: the run directory of the home it serves (``shoal workers`` finds
+#: pools that live in the private socket directory by it).
+OWNER_FILE = "run_dir"
 
 
 def pool_dir(run_dir: Path, pool: str) -> Path:
@@ -179,8 +184,9 @@ class WarmRequest:
 class WarmEndpoint:
     """The worker's side: wait for the next job, say when it is done, retire when idle."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, run_dir: Path | None = None) -> None:
         self._dir = Path(directory)
+        self._run_dir = run_dir
         self._pid = os.getpid()
         self._ticks: int | None = None
         self._server: socket.socket | None = None
@@ -193,6 +199,11 @@ class WarmEndpoint:
         client that sees that job end finds the worker claimable instead of starting
         another one."""
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self._run_dir is not None:  # whose pool this is, when it lives outside the home
+            owner = self._dir / OWNER_FILE
+            with contextlib.suppress(OSError):
+                if not owner.exists():
+                    owner.write_text(str(self._run_dir))
         sock_path = self._dir / f"{self._pid}.sock"
         with contextlib.suppress(FileNotFoundError):
             sock_path.unlink()
@@ -218,6 +229,7 @@ class WarmEndpoint:
         """Make the worker claimable (after ``open(busy=True)``); idempotent."""
         held, self._busy = self._busy, None
         if held is not None:
+            self._idle_from_now()
             with contextlib.suppress(OSError):
                 fcntl.flock(held, fcntl.LOCK_UN)
             held.close()
@@ -273,6 +285,12 @@ class WarmEndpoint:
                 _send_line(self._conn, {"done": True})
             self._conn.close()
             self._conn = None
+        self._idle_from_now()
+
+    def _idle_from_now(self) -> None:
+        """The claim file's mtime says since when the worker is idle (``shoal workers``)."""
+        with contextlib.suppress(OSError):
+            os.utime(self._dir / f"{self._pid}.claim")
 
     def _retire(self) -> bool:
         claim = self._dir / f"{self._pid}.claim"

@@ -173,7 +173,7 @@ class LocalBackend:
     def warm_endpoint(self, directory: str, *, busy: bool = False) -> WarmEndpoint:
         """The worker's side of a warm pool (used by a supervisor that stays warm); *busy*:
         see ``WarmEndpoint.open``."""
-        return WarmEndpoint(Path(directory)).open(busy=busy)
+        return WarmEndpoint(Path(directory), run_dir=self._run_dir).open(busy=busy)
 
     def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
         pid = handle.get("pid")

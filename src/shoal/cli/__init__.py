@@ -30,8 +30,10 @@ from shoal.cli import (
     _envs,
     _experiments,
     _jobs,
+    _jobs_admin,
     _llm,
     _ray,
+    _workers,
 )
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
 
@@ -42,7 +44,7 @@ app = typer.Typer(
     help="shoal: run notebook code as tracked jobs, SageMaker-shaped, on this machine.\n\n"
          + EXIT_CODES_HELP,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -57,7 +59,25 @@ app.add_typer(_endpoints.app, name="endpoints")
 app.add_typer(_llm.app, name="llm")
 app.add_typer(_ray.app, name="ray")
 app.add_typer(_alias.app, name="alias")
-app.command("serve")(_endpoints.serve)
+app.add_typer(_workers.app, name="workers")
+_endpoints.register_serve(app)
+_jobs.app.command("submit", context_settings=_jobs_admin.SUBMIT_CONTEXT)(_jobs_admin.submit)
+_jobs.app.command("delete")(_jobs_admin.delete)
+app.command("gc")(_jobs_admin.gc)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import shoal
+
+        try:
+            installed = version("shoal")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            installed = shoal.__version__
+        typer.echo(f"shoal {installed} (Python {sys.version.split()[0]})")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -68,6 +88,9 @@ def _global_options(
     verbose: Annotated[int, typer.Option(
         "--verbose", "-v", count=True,
         help="Log shoal's INFO records (-vv: DEBUG) and show tracebacks of errors.")] = 0,
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_print_version, is_eager=True,
+        help="Print shoal's version and exit.")] = False,
 ) -> None:
     state.home = home
     state.verbose = verbose

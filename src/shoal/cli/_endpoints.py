@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import enum
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -10,13 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shoal.cli._complete import complete_endpoint
 from shoal.cli._context import emit, err, out, state
-from shoal.cli._render import format_time, key_values, mask_env, shorten
+from shoal.cli._render import format_time, key_values, listing, mask_env, print_json, shorten
 
 if TYPE_CHECKING:
     from shoal.core.endpoints import EndpointRecord
 
-__all__ = ["app", "endpoint_json", "serve"]
+__all__ = ["app", "endpoint_json", "register_serve", "serve"]
 
 app = typer.Typer(
     help="List, inspect, call and delete endpoints (deploy them with Model.deploy()).",
@@ -63,18 +65,15 @@ def list_endpoints(
     """List endpoints, newest first."""
     records = _service().list()
     if as_json:
-        print(json.dumps([endpoint_json(r) for r in records], indent=2))
+        print_json([endpoint_json(r) for r in records])
         return
     if not records:
         from shoal.storage.sql import redact_url
 
         err().print(f"no endpoints in {redact_url(state.session().settings.resolved_metadata_url())}")
         return
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "STATUS", "INSTANCES", "CREATED", "MODEL", "FAILURE"):
-        table.add_column(column, no_wrap=column != "FAILURE")
+    table = listing("name", "status", "instances", "created", "model", "failure",
+                    wrap=("failure",))
     for r in records:
         serve = r.supervisor.get("backend") == "ray-serve"
         table.add_row(r.name, _status(r.status),
@@ -96,7 +95,8 @@ def _supervisor_row(sup: dict[str, Any]) -> tuple[str, str]:
 
 @app.command()
 def describe(
-    name: Annotated[str, typer.Argument(help="The endpoint's name.")],
+    name: Annotated[str, typer.Argument(help="The endpoint's name.",
+                                        autocompletion=complete_endpoint)],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Show an endpoint: its model, config, state, failure reason and instances."""
@@ -108,7 +108,7 @@ def describe(
     if as_json:
         data = endpoint_json(r)
         data["logs_uri"] = logs
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return
     cfg = r.config
     batching = (f"max_batch_size {cfg.batching.max_batch_size}, max_batch_delay_ms "
@@ -128,11 +128,7 @@ def describe(
     out().print("Endpoint", style="bold")
     emit(key_values(rows))
     if r.instances:
-        from rich.table import Table
-
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for column in ("INDEX", "URL", "PID", "STATUS", "RESTARTS"):
-            table.add_column(column, no_wrap=True)
+        table = listing("index", "url", "pid", "status", "restarts", right=("restarts",))
         for i in r.instances:
             table.add_row(str(i.index), i.url, str(i.pid or "-"), _status(i.status),
                           str(i.restarts))
@@ -143,7 +139,8 @@ def describe(
 
 @app.command()
 def invoke(
-    name: Annotated[str, typer.Argument(help="The endpoint's name.")],
+    name: Annotated[str, typer.Argument(help="The endpoint's name.",
+                                        autocompletion=complete_endpoint)],
     body: Annotated[str, typer.Option(
         "--body", "-b", help="The request body: text (JSON by default), or @FILE to send a "
                              "file's bytes.")],
@@ -187,45 +184,48 @@ def delete(name: Annotated[str, typer.Argument(help="The endpoint's name.")]) ->
     err().print(f"deleted endpoint {name}")
 
 
-def serve(
-    model: Annotated[str, typer.Argument(
-        metavar="PATH_OR_URI", help="A model directory, a model.tar.gz, or any fsspec URL.")],
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535)] = 8080,
-    host: Annotated[str, typer.Option(
-        "--host", help="Address to listen on; 0.0.0.0 for every interface (in a container, "
-                       "or behind an --api-key).")] = "127.0.0.1",
-    workers: Annotated[int | None, typer.Option("--workers", min=1)] = None,
-    max_batch_size: Annotated[int | None, typer.Option("--max-batch-size", min=1)] = None,
-    max_batch_delay_ms: Annotated[float | None, typer.Option(
-        "--max-batch-delay-ms", min=0)] = None,
-    max_payload_mb: Annotated[float | None, typer.Option("--max-payload-mb", min=0)] = None,
-    timeout_s: Annotated[float | None, typer.Option("--timeout-s", min=0)] = None,
-    read_timeout_s: Annotated[float | None, typer.Option(
-        "--read-timeout-s", min=0, help="Longest a client may take to send a request "
-                                        "(default 60).")] = None,
-    max_connections: Annotated[int | None, typer.Option(
-        "--max-connections", min=1, help="Open connections kept; past it, the longest-waiting "
-                                         "idle or half-sent one is closed (default "
-                                         "4096).")] = None,
-    api_key: Annotated[str | None, typer.Option(
-        "--api-key", envvar="SHOAL_API_KEY", show_envvar=True,
-        help="Require 'Authorization: Bearer KEY' on every request but /ping.")] = None,
-) -> None:
-    """Serve a model in the foreground: /ping, /invocations, /metrics (an LLM: its APIs too).
+def _serve_parameters() -> list[inspect.Parameter]:
+    """``shoal serve``'s options, generated from the server's own flags (serving/_flags.py)."""
+    from shoal.serving._flags import FLAGS
 
-    Listens on 127.0.0.1:8080 unless told otherwise; in a container give --host 0.0.0.0."""
-    argv = [sys.executable, "-m", "shoal.serving", "--model", model, "--host", host,
-            "--port", str(port)]
-    for flag, value in (("--workers", workers), ("--max-batch-size", max_batch_size),
-                        ("--max-batch-delay-ms", max_batch_delay_ms),
-                        ("--max-payload-mb", max_payload_mb), ("--timeout-s", timeout_s),
-                        ("--read-timeout-s", read_timeout_s),
-                        ("--max-connections", max_connections)):
-        if value is not None:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    params = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=Annotated[str, typer.Argument(
+                                    metavar="PATH_OR_URI", help="model directory, "
+                                    "model.tar.gz, or an fsspec URL of either")])]
+    for f in FLAGS:
+        names = [f.flag, *([f.short] if f.short else [])]
+        option = typer.Option(*names, help=f.help_text(), metavar=f.metavar, show_default=False)
+        kind: Any = enum.StrEnum(f.field, {c: c for c in f.choices}) if f.choices else f.kind
+        params.append(inspect.Parameter(f.field, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[kind | None, option]))
+    return params
+
+
+def serve(model: str, **flags: Any) -> None:
+    """Serve a model in the foreground: /ping, /invocations, /metrics.
+
+    The same options as 'python -m shoal.serving', which this runs (in this process: signals
+    reach it)."""
+    from shoal.serving._flags import FLAGS
+
+    argv = [sys.executable, "-m", "shoal.serving", "--model", model]
     env = dict(os.environ)
-    if api_key is not None:  # in the environment, not in the process list
-        env["SHOAL_API_KEY"] = api_key
+    for f in FLAGS:
+        value = flags.get(f.field)
+        if value is None:
+            continue
+        if f.via_env:  # in the environment, not in the process list
+            env[f.via_env] = str(value)
+            continue
+        argv += [f.flag, f"{value:g}" if isinstance(value, float) else str(value)]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, env)  # the server replaces this process: signals reach it
+    os.execve(sys.executable, argv, env)
+
+
+def register_serve(app: typer.Typer) -> None:
+    """Add ``shoal serve`` to *app*."""
+    serve.__signature__ = inspect.Signature(_serve_parameters())  # type: ignore[attr-defined]
+    serve.__annotations__ = {p.name: p.annotation
+                             for p in serve.__signature__.parameters.values()}  # type: ignore[attr-defined]
+    app.command("serve")(serve)

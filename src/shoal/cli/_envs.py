@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli._context import out, state
+from shoal.cli._context import emit, err, out, state
+from shoal.cli._render import listing, print_json
 
 __all__ = ["app"]
 
@@ -37,17 +38,32 @@ def _age(seconds: float) -> str:
 
 
 @app.command("list")
-def list_envs() -> None:
+def list_envs(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
     """Show every cached environment: key, packages, size, last use."""
-    from rich.table import Table
-
     envs = _builder().list()
-    table = Table("key", "packages", "size", "created", "last used", "path")
+    if as_json:
+        print_json([{"key": e.key, "packages": e.packages, "size_bytes": e.size_bytes,
+                     "created_at": _iso(e.created_at), "last_used_at": _iso(e.last_used_at),
+                     "path": str(e.path)} for e in envs])
+        return
+    if not envs:
+        err().print("no cached environments")
+        return
+    table = listing("key", "packages", "size", "created", "last used", "path",
+                    right=("packages", "size"))
     now = time.time()
     for e in envs:
         table.add_row(e.key[:16], str(e.packages), _size(e.size_bytes), _age(now - e.created_at),
                       _age(now - e.last_used_at), str(e.path))
-    out().print(table if envs else "no cached environments")
+    emit(table)
+
+
+def _iso(timestamp: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()
 
 
 @app.command()

@@ -7,19 +7,29 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shoal.cli._complete import complete_experiment, complete_run
 from shoal.cli._context import emit, err, out, state
-from shoal.cli._render import format_duration, format_time, key_values, shorten
+from shoal.cli._render import (
+    format_duration,
+    format_time,
+    iso,
+    key_values,
+    listing,
+    print_json,
+    shorten,
+)
 
 if TYPE_CHECKING:
     from shoal.core.experiments import MetricSummary, RunRecord
 
-__all__ = ["experiments_app", "metrics_table", "metric_plot", "runs_app"]
+__all__ = ["experiments_app", "metric_plot", "metrics_json", "metrics_table", "runs_app"]
 
 experiments_app = typer.Typer(help="Experiments and their runs.", no_args_is_help=True,
                               rich_markup_mode=None)
 runs_app = typer.Typer(help="Inspect experiment runs.", no_args_is_help=True,
                        rich_markup_mode=None)
 
+_JSON = "Print JSON instead of a table."
 _RUN_STYLES = {"InProgress": "blue", "Completed": "green", "Failed": "bold red",
                "Stopped": "yellow"}
 
@@ -35,18 +45,21 @@ def _value(v: Any) -> str:
 
 
 @experiments_app.command("list")
-def list_experiments() -> None:
+def list_experiments(
+    as_json: Annotated[bool, typer.Option("--json", help=_JSON)] = False,
+) -> None:
     """List experiments, newest first, with their number of runs."""
-    from rich.table import Table
-
     store = state.session().metadata
     records = store.list_experiments()
+    if as_json:
+        print_json([{"name": e.name, "display_name": e.display_name, "tags": dict(e.tags),
+                     "run_count": e.run_count, "created_at": iso(e.created_at)}
+                    for e in records])
+        return
     if not records:
         err().print("no experiments yet; 'with Run(experiment_name=...)' creates one")
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("EXPERIMENT", "DISPLAY NAME", "RUNS", "CREATED"):
-        table.add_column(column, no_wrap=True, justify="right" if column == "RUNS" else "left")
+    table = listing("experiment", "display name", "runs", "created", right=("runs",))
     for e in records:
         table.add_row(e.name, e.display_name or "-", str(e.run_count), format_time(e.created_at))
     emit(table)
@@ -54,27 +67,32 @@ def list_experiments() -> None:
 
 @experiments_app.command("runs")
 def list_runs(
-    experiment: Annotated[str, typer.Argument(help="The experiment's name.")],
+    experiment: Annotated[str, typer.Argument(help="The experiment's name.",
+                                              autocompletion=complete_experiment)],
     sort: Annotated[str | None, typer.Option(
         "--sort", metavar="METRIC",
         help="Sort by the last value of this metric (or by this parameter).")] = None,
     desc: Annotated[bool, typer.Option("--desc", help="Sort in descending order.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=_JSON)] = False,
 ) -> None:
     """The runs of an experiment: status, parameters and the last value of each metric."""
-    from rich.table import Table
-
     store = state.session().metadata
     runs = store.list_runs(experiment)
-    if not runs:
+    if not runs and not as_json:
+        store.get_experiment(experiment)  # ExperimentNotFound names it
         err().print(f"experiment {experiment} has no runs yet")
         return
     summaries = {r.run_name: {s.name: s for s in store.metric_summaries(r.owner)} for r in runs}
     metrics = sorted({name for by_name in summaries.values() for name in by_name})
     if sort is not None:
         runs = _sorted_runs(runs, summaries, sort, desc, metrics)
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("RUN", "STATUS", "CREATED", "PARAMETERS"):
-        table.add_column(column, no_wrap=column != "PARAMETERS")
+    if as_json:
+        if not runs:
+            store.get_experiment(experiment)
+        print_json([{**run_json(r), "metrics": metrics_json(list(summaries[r.run_name].values()))}
+                    for r in runs])
+        return
+    table = listing("run", "status", "created", "parameters", wrap=("parameters",))
     for name in metrics:
         table.add_column(name, justify="right", no_wrap=True)
     for r in runs:
@@ -113,17 +131,27 @@ def _sorted_runs(runs: list[RunRecord], summaries: dict[str, dict[str, MetricSum
 
 @runs_app.command("show")
 def show_run(
-    run: Annotated[str, typer.Argument(help="The run's name.")],
+    run: Annotated[str, typer.Argument(help="The run's name.", autocompletion=complete_run)],
     experiment: Annotated[str | None, typer.Option(
         "--experiment", "-e", help="The run's experiment (needed when several have a run of "
-                                   "this name).")] = None,
+                                   "this name).", autocompletion=complete_experiment)] = None,
     metric: Annotated[str | None, typer.Option(
         "--metric", "-m", help="The metric to plot (default: the first by name).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Everything recorded about a run: parameters, tags, artifacts, jobs, metrics and a plot."""
     store = state.session().metadata
     record = store.get_run(experiment, run) if experiment else _find_run(store, run)
     summaries = store.metric_summaries(record.owner)
+    if as_json:
+        data = run_json(record)
+        data["metrics"] = metrics_json(summaries)
+        if metric is not None:
+            metric_plot(store, record.owner, summaries, metric)  # checks the name
+            data["series"] = [{"value": p.value, "step": p.step, "timestamp": p.timestamp}
+                              for p in store.get_metrics(record.owner, metric)]
+        print_json(data)
+        return
     plot = metric_plot(store, record.owner, summaries, metric) if summaries else None
     if metric is not None and plot is None:
         from shoal.errors import InvalidArgumentError
@@ -183,13 +211,9 @@ def _or_none(rows: list[tuple[str, Any]]) -> Any:
 
 
 def _artifacts(r: RunRecord) -> Any:
-    from rich.table import Table
-
     if not r.artifacts:
         return _none()
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "DIRECTION", "TYPE", "VALUE"):
-        table.add_column(column, no_wrap=column != "VALUE")
+    table = listing("name", "direction", "type", "value", wrap=("value",))
     for a in r.artifacts:
         table.add_row(a.name, "output" if a.is_output else "input",
                       a.artifact_type or a.media_type or "-", a.value)
@@ -198,16 +222,29 @@ def _artifacts(r: RunRecord) -> Any:
 
 def metrics_table(summaries: list[MetricSummary]) -> Any:
     """METRIC, COUNT, MIN, MAX, AVG, LAST: one row per series."""
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("METRIC", no_wrap=True)
-    for column in ("COUNT", "MIN", "MAX", "AVG", "LAST"):
-        table.add_column(column, justify="right", no_wrap=True)
+    numbers = ("count", "min", "max", "avg", "last")
+    table = listing("metric", *numbers, right=numbers)
     for s in summaries:
         table.add_row(s.name, str(s.count), _value(s.min), _value(s.max), _value(s.avg),
                       _value(s.last))
     return table
+
+
+def metrics_json(summaries: list[MetricSummary]) -> list[dict[str, Any]]:
+    """One object per series: name, count, min, max, avg, last."""
+    return [{"name": s.name, "count": s.count, "min": s.min, "max": s.max, "avg": s.avg,
+             "last": s.last} for s in summaries]
+
+
+def run_json(r: RunRecord) -> dict[str, Any]:
+    """Every field of a run record as JSON-ready data."""
+    return {"experiment_name": r.experiment_name, "run_name": r.run_name,
+            "display_name": r.display_name, "status": str(r.status),
+            "created_at": iso(r.created_at), "ended_at": iso(r.ended_at),
+            "parameters": dict(r.parameters), "tags": dict(r.tags), "jobs": list(r.jobs),
+            "artifacts": [{"name": a.name, "value": a.value, "media_type": a.media_type,
+                           "is_output": a.is_output, "artifact_type": a.artifact_type}
+                          for a in r.artifacts]}
 
 
 def metric_plot(store: Any, owner: str, summaries: list[MetricSummary],

@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shoal.cli._complete import complete_job
 from shoal.cli._context import ExitCode, emit, err, exit_code_for_status, out, state
 from shoal.cli._render import (
     elapsed_seconds,
     format_duration,
     format_time,
     key_values,
+    listing,
     mask_env,
     parse_since,
+    print_json,
     record_json,
     shorten,
     status_text,
@@ -27,7 +30,10 @@ from shoal.core.jobs import JobStatus
 if TYPE_CHECKING:
     from shoal.core.jobs import JobRecord
 
-__all__ = ["app"]
+__all__ = ["JOB_NAME", "app"]
+
+#: The job-name argument of every command that takes one (completes from the store).
+JOB_NAME = typer.Argument(help="The job's name.", autocompletion=complete_job)
 
 app = typer.Typer(
     help="Find, inspect, follow and stop jobs.",
@@ -64,7 +70,7 @@ def list_jobs(
         statuses=tuple(status or ()), name_contains=name or None,
         created_after=created_after, limit=limit))
     if as_json:
-        print(json.dumps([record_json(r) for r in records], indent=2))
+        print_json([record_json(r) for r in records])
         return
     if not records:
         from shoal.storage.sql import redact_url
@@ -77,15 +83,8 @@ def list_jobs(
 
 
 def _table(records: list[JobRecord]) -> Any:
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("NAME", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("CREATED", no_wrap=True)
-    table.add_column("DURATION", justify="right", no_wrap=True)
-    table.add_column("INSTANCE", no_wrap=True)
-    table.add_column("FAILURE")
+    table = listing("name", "status", "created", "duration", "instance", "failure",
+                    right=("duration",), wrap=("failure",))
     for r in records:
         failure = ""
         if r.failure_reason:
@@ -98,7 +97,7 @@ def _table(records: list[JobRecord]) -> Any:
 
 @app.command()
 def describe(
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    name: Annotated[str, JOB_NAME],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Show everything recorded about a job (secret-looking env values are masked)."""
@@ -117,7 +116,7 @@ def describe(
                             "avg": s.avg, "last": s.last} for s in summaries]
         data["runs"] = [{"experiment_name": r.experiment_name, "run_name": r.run_name}
                         for r in runs]
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return
     sections = _describe_sections(record, log_uri)
     sections.insert(1, ("On disk", key_values([
@@ -159,17 +158,28 @@ def _metrics_summary(summaries: list[Any], job: str) -> Any:
 
 @app.command()
 def metrics(
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    name: Annotated[str, JOB_NAME],
     metric: Annotated[str | None, typer.Option(
         "--metric", "-m", help="The metric to plot (default: the first by name).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: {job, metrics: [{name, count, min, max, avg, last}], "
+                       "series (with --metric): [{value, step, timestamp}]}.")] = False,
 ) -> None:
     """A job's metrics: count, min, max, mean and last value of each, and a plot of one."""
-    from shoal.cli._experiments import metric_plot, metrics_table
+    from shoal.cli._experiments import metric_plot, metrics_json, metrics_table
 
     service = state.session().jobs
     service.get(name)  # JobNotFound names the job
     owner = job_owner(name)
     summaries = service.metadata.metric_summaries(owner)
+    if as_json:
+        data: dict[str, Any] = {"job": name, "metrics": metrics_json(summaries)}
+        if metric is not None:
+            _check_metric(name, metric, summaries)
+            data["series"] = [{"value": p.value, "step": p.step, "timestamp": p.timestamp}
+                              for p in service.metadata.get_metrics(owner, metric)]
+        print_json(data)
+        return
     if not summaries:
         if metric is not None:
             from shoal.errors import InvalidArgumentError
@@ -182,6 +192,15 @@ def metrics(
     emit(metrics_table(summaries))
     out().print()
     out().print(plot, highlight=False, markup=False)
+
+
+def _check_metric(job: str, metric: str, summaries: list[Any]) -> None:
+    from shoal.errors import InvalidArgumentError
+
+    names = [s.name for s in summaries]
+    if metric not in names:
+        raise InvalidArgumentError(f"job {job} has no metric named {metric!r}; its metrics: "
+                                   f"{', '.join(names) or 'none'}", job=job, metric=metric)
 
 
 def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
@@ -254,27 +273,54 @@ def _write_chunk(chunk: bytes) -> None:
 
 @app.command()
 def logs(
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    name: Annotated[str, JOB_NAME],
     follow: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing until the job ends; exit 0 if it completed, "
                                "1 if it failed, 5 if it was stopped.")] = False,
+    tail: Annotated[int | None, typer.Option(
+        "--tail", "-n", min=0, metavar="N",
+        help="Only the last N lines (with -f: then follow from there).")] = None,
 ) -> None:
     """Print a job's output (stdout and stderr of the function, as captured)."""
     service = state.session().jobs
     record = service.get(name)
     if not follow:
-        _write_chunk(service.read_log(name))
+        log = service.read_log(name)
+        _write_chunk(log if tail is None else _last_lines(log, tail))
         if not record.is_terminal:
             err().print(f"job {name} is still {record.status}; "
                         f"'shoal {state.home_option()}jobs logs {name} -f' follows it",
                         style="dim")
         return
     try:
-        record = service.wait(name, on_output=_write_chunk)
+        write = _write_chunk
+        if tail is not None:  # the last lines so far, then what comes after them
+            so_far = service.read_log(name)
+            _write_chunk(_last_lines(so_far, tail))
+            write = _Skip(len(so_far)).write
+        record = service.wait(name, on_output=write)
     except KeyboardInterrupt:
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     _report_end(record)
     raise typer.Exit(exit_code_for_status(record.status))
+
+
+def _last_lines(log: bytes, lines: int) -> bytes:
+    return b"".join(log.splitlines(keepends=True)[-lines:]) if lines else b""
+
+
+class _Skip:
+    """Writes a followed log but its first *size* bytes (already shown)."""
+
+    def __init__(self, size: int) -> None:
+        self._skip = size
+
+    def write(self, chunk: bytes) -> None:
+        if self._skip:
+            cut = min(self._skip, len(chunk))
+            chunk, self._skip = chunk[cut:], self._skip - cut
+        if chunk:
+            _write_chunk(chunk)
 
 
 def _report_end(record: JobRecord) -> None:
@@ -288,7 +334,7 @@ def _report_end(record: JobRecord) -> None:
 
 @app.command()
 def cancel(
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    name: Annotated[str, JOB_NAME],
     wait: Annotated[bool, typer.Option(
         "--wait", help="Wait until the job has ended; exit 0 if it stopped (or completed "
                        "first), 1 if it failed before the stop took effect.")] = False,

@@ -20,9 +20,12 @@ __all__ = [
     "elapsed_seconds",
     "format_duration",
     "format_time",
+    "iso",
     "is_secret_name",
+    "listing",
     "mask_env",
     "parse_since",
+    "print_json",
     "record_json",
     "shorten",
     "status_text",
@@ -100,8 +103,12 @@ def status_text(status: str) -> Text:
     return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
 
 
-def _iso(at: datetime | None) -> str | None:
+def iso(at: datetime | None) -> str | None:
+    """ISO 8601 with its UTC offset, or None (every time in ``--json``)."""
     return None if at is None else at.isoformat()
+
+
+_iso = iso
 
 
 def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, Any]:
@@ -130,6 +137,27 @@ def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, A
     if log_uri is not None:
         data["log_uri"] = log_uri
     return data
+
+
+def listing(*columns: str, right: tuple[str, ...] = (), wrap: tuple[str, ...] = ()) -> Any:
+    """The one table style of every listing: no box, bold upper-case headers, no padding at
+    the edges. Columns named in *right* are right-aligned; only those in *wrap* may wrap."""
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        t.add_column(column.upper(), no_wrap=column not in wrap,
+                     justify="right" if column in right else "left")
+    return t
+
+
+def print_json(data: Any) -> None:
+    """``--json`` output: indented, keys in the order the command built them, one document."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def key_values(rows: list[tuple[str, RenderableType]], *, title: str | None = None) -> Any:

@@ -55,6 +55,8 @@ class JobQuery:
     name_prefix: str | None = None
     name_contains: str | None = None
     created_after: datetime | None = None
+    #: Only jobs that ended before this (so only ended jobs).
+    ended_before: datetime | None = None
     #: Only these jobs (e.g. the jobs of one batch); empty means no such filter.
     names: Sequence[str] = ()
     limit: int = 100
@@ -94,6 +96,10 @@ class MetadataStore(Protocol):
         every named job's status."""
         ...
     def iter_unfinished(self) -> Iterator[JobRecord]: ...
+    def delete_jobs(self, names: Sequence[str]) -> list[str]:
+        """Remove the named jobs that have ended (record, history, metrics, run links), in
+        one transaction; the names removed. Jobs still running are left alone."""
+        ...
     def close(self) -> None: ...
 
     # Experiments and runs. Runs are named within their experiment.
@@ -118,6 +124,13 @@ class MetadataStore(Protocol):
     def add_run_artifact(self, experiment_name: str, run_name: str,
                          artifact: RunArtifact) -> None: ...
     def link_run_job(self, experiment_name: str, run_name: str, job_name: str) -> None: ...
+    def delete_run(self, experiment_name: str, run_name: str) -> bool:
+        """Remove a run and what hangs off it (parameters, tags, artifact records, job links,
+        metrics); False when there was none."""
+        ...
+    def delete_experiment(self, name: str) -> int:
+        """Remove an experiment and all its runs; how many runs went (-1: no experiment)."""
+        ...
 
     # Metrics of any owner: "run:<experiment>/<run>" or "job:<name>" (core.experiments).
     def add_metrics(self, owner: str, points: Sequence[MetricPoint]) -> None: ...

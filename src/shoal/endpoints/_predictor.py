@@ -224,9 +224,19 @@ class Predictor:
         except ValueError:
             data = None
         if isinstance(data, dict):
-            message = str(data.get("message") or data.get("error") or data.get("detail")
-                          or text)
+            message = _explanation(data) or text
         raise InvocationError(
             f"endpoint {self.endpoint_name!r} answered {response.status_code} (instance "
             f"{instance.index}, {instance.url}): {' '.join(message.split())[:2000]}",
             endpoint=self.endpoint_name, status_code=response.status_code, body=text[:10000])
+
+
+def _explanation(data: dict[str, Any]) -> str:
+    """What a refusal says: ``{"error": what, "detail": why}`` (shoal's servers), or one
+    ``message``/``error``/``detail`` (others). Both halves when both are there."""
+    parts = [str(data[k]).strip() for k in ("message", "error", "detail")
+             if isinstance(data.get(k), str | int | float) and str(data[k]).strip()]
+    if isinstance(data.get("error"), dict):  # OpenAI's {"error": {"message": ...}}
+        parts.append(str(data["error"].get("message") or "").strip())
+    return ": ".join(dict.fromkeys(p for p in parts if p))
+

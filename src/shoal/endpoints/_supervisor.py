@@ -413,8 +413,10 @@ class EndpointSupervisor:
 
 def main(name: str) -> int:
     """Entry point of an endpoint's supervisor (forked by the launcher, or spawned)."""
+    from shoal._internal.proctitle import set_title
     from shoal.session import Session
 
+    set_title("endpoint", name)
     session = Session()
     supervisor = EndpointSupervisor(session, name)
     signal.signal(signal.SIGTERM, supervisor.request_stop)

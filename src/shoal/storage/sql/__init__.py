@@ -42,6 +42,7 @@ from shoal.errors import (
     SchemaOutOfDateError,
 )
 from shoal.storage.sql import _diagnose
+from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
@@ -131,7 +132,7 @@ def upgrade_schema(url: str) -> str:
     return SCHEMA_REVISION
 
 
-class SqlMetadataStore(RunTables, EndpointTables):
+class SqlMetadataStore(RunTables, EndpointTables, DeleteTables):
     """Jobs and their history, experiments, runs and metrics, endpoints in a SQL database.
 
     Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
@@ -271,6 +272,9 @@ class SqlMetadataStore(RunTables, EndpointTables):
         if query.created_after is not None:
             where.append("created_at >= ?")
             params.append(_ts(query.created_after))
+        if query.ended_before is not None:
+            where.append("ended_at < ?")
+            params.append(_ts(query.ended_before))
         sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, name DESC LIMIT ?"
         params.append(int(query.limit))

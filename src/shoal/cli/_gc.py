@@ -1,0 +1,143 @@
+"""``shoal jobs delete`` and ``shoal gc``: remove finished jobs, runs and experiments with
+everything shoal stored for them, and say how much went.
+
+What a job leaves: its record, status history and metrics (metadata store); everything under
+``<artifact root>/<job>/`` (payloads, shipped workdir, ``logs/``, ``output/``, checkpoints);
+on this machine its supervisor log (``<home>/run/supervisors/<job>.log``) and work
+directories (``<home>/work/<job>.*``). A run leaves its record, parameters, tags, metrics and
+the artifacts it logged into shoal's artifact store (artifacts that point elsewhere, such as a
+user's own ``s3://`` input, are the user's and stay). Files go first and the record last, so a
+record that is gone means its files are too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.core.experiments import RunRecord
+    from shoal.core.jobs import JobStatus
+    from shoal.session import Session
+
+__all__ = ["Removal", "delete_jobs", "gc_plan", "job_bytes", "run_bytes"]
+
+
+@dataclass
+class Removal:
+    """What a delete or gc removes (or, in a dry run, would remove)."""
+
+    jobs: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str]] = field(default_factory=list)
+    experiments: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+    def to_json(self, *, dry_run: bool) -> dict[str, Any]:
+        return {"dry_run": dry_run, "jobs": self.jobs,
+                "runs": [{"experiment_name": e, "run_name": r} for e, r in self.runs],
+                "experiments": self.experiments, "bytes": self.bytes}
+
+
+def _local_paths(session: Session, name: str) -> list[Path]:
+    home = session.home
+    paths = [home / "run" / "supervisors" / f"{name}.log"]
+    work = home / "work"
+    if work.is_dir():
+        paths += sorted(p for p in work.iterdir() if p.name.startswith(f"{name}."))
+    return [p for p in paths if p.exists()]
+
+
+def _size(path: Path) -> int:
+    if path.is_file() or path.is_symlink():
+        return path.lstat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += (Path(root) / f).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def job_bytes(session: Session, name: str) -> int:
+    """Bytes stored for job *name*: its artifacts and its files on this machine."""
+    return session.artifacts.disk_usage(name) + sum(_size(p) for p in _local_paths(session, name))
+
+
+def _remove_job_files(session: Session, name: str) -> None:
+    session.artifacts.delete_prefix(name)
+    for path in _local_paths(session, name):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def delete_jobs(session: Session, names: Sequence[str], removal: Removal, *,
+                dry_run: bool) -> None:
+    """Remove finished jobs *names* (files, then records), adding them to *removal*."""
+    for name in names:
+        removal.bytes += job_bytes(session, name)
+        removal.jobs.append(name)
+        if not dry_run:
+            _remove_job_files(session, name)
+    if not dry_run and names:
+        session.metadata.delete_jobs(list(names))
+
+
+def _run_keys(session: Session, run: RunRecord) -> list[str]:
+    root = session.artifacts.root.rstrip("/") + "/"
+    return [a.value[len(root):] for a in run.artifacts
+            if a.is_output and a.value.startswith(root) and len(a.value) > len(root)]
+
+
+def run_bytes(session: Session, run: RunRecord) -> int:
+    return sum(session.artifacts.disk_usage(k) for k in _run_keys(session, run))
+
+
+def delete_runs(session: Session, runs: Iterable[RunRecord], removal: Removal, *,
+                dry_run: bool) -> None:
+    for run in runs:
+        removal.bytes += run_bytes(session, run)
+        removal.runs.append((run.experiment_name, run.run_name))
+        if not dry_run:
+            for key in _run_keys(session, run):
+                session.artifacts.delete_prefix(key)
+            session.metadata.delete_run(run.experiment_name, run.run_name)
+
+
+_RUN_STATUS = {"completed": "Completed", "failed": "Failed", "stopped": "Stopped"}
+
+
+def gc_plan(session: Session, cutoff: datetime, statuses: Sequence[JobStatus]
+            ) -> tuple[list[str], list[RunRecord], list[str]]:
+    """What ``shoal gc`` removes: jobs in *statuses* that ended before *cutoff*; runs that
+    ended before it with the matching status; experiments created before it whose runs all
+    go (or that have none)."""
+    from shoal.core.ports import JobQuery
+
+    metadata = session.metadata
+    jobs = [r.name for r in metadata.list_jobs(JobQuery(statuses=tuple(statuses),
+                                                        ended_before=cutoff,
+                                                        limit=10_000_000))]
+    run_statuses = {_RUN_STATUS[str(s)] for s in statuses if str(s) in _RUN_STATUS}
+    runs: list[RunRecord] = []
+    experiments: list[str] = []
+    for exp in metadata.list_experiments():
+        all_runs = metadata.list_runs(exp.name)
+        old = [r for r in all_runs if r.ended_at is not None and r.ended_at < cutoff
+               and str(r.status) in run_statuses]
+        runs += old
+        if len(old) == len(all_runs) and exp.created_at < cutoff:
+            experiments.append(exp.name)
+    return jobs, runs, experiments
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
