@@ -1,10 +1,17 @@
 """A tiny LLM the serving tests share: a random-init Llama (hidden 64, 2 layers) with a BPE
 tokenizer trained on local text and a chat template, written by ``shoal.llm``'s
-``create_tiny_model`` beside a ``serving.properties``; and the reference answers, from
-transformers' own ``generate()`` on the same weights."""
+``create_tiny_model`` beside a ``serving.properties``; the reference answers, from
+transformers' own ``generate()`` on the same weights; and ``running``, a real
+``python -m shoal.serving`` process for a model directory."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +27,14 @@ TEXTS = [f"{a} {b} {c}." for a in ("The shoal", "A reef", "Every job", "The serv
 MAX_POSITIONS = 128
 
 
-def make_tiny_llm(directory: Path, **properties: object) -> Path:
+def make_tiny_llm(directory: Path, *, max_positions: int = MAX_POSITIONS,
+                  **properties: object) -> Path:
     """The model and tokenizer, and a serving.properties with *properties* (``option.``
     keys given with dots replaced: ``option_dtype="fp32"``)."""
     from shoal.llm import create_tiny_model, write_serving_properties
 
     create_tiny_model(directory, TEXTS * 3, vocab_size=400, hidden_size=64, num_layers=2,
-                      max_positions=MAX_POSITIONS, chat_template=CHAT_TEMPLATE)
+                      max_positions=max_positions, chat_template=CHAT_TEMPLATE)
     props: dict[str, object] = {"engine": "Python", "option.dtype": "fp32"}
     props.update({k.replace("option_", "option.", 1): v for k, v in properties.items()})
     write_serving_properties(directory, props)
@@ -62,3 +70,40 @@ class Reference:
     def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                       add_generation_prompt=True))
+
+
+SERVER = [sys.executable, "-m", "shoal.serving", "--host", "127.0.0.1", "--port", "0"]
+SERVER_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@contextmanager
+def running(model_dir: Path, tmp_path: Path, env: dict[str, str] | None = None
+            ) -> Iterator[tuple[str, Path]]:
+    """``python -m shoal.serving --model DIR`` on a free port; yields its URL (once /ping is
+    200) and its output (stdout and stderr); stops it with SIGTERM and checks it exited
+    cleanly."""
+    import httpx
+
+    from helpers import wait_until
+
+    port_file = tmp_path / "port"
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*SERVER, "--model", str(model_dir), "--port-file",
+                                 str(port_file)], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, **SERVER_ENV, **(env or {})})
+    try:
+        def up() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"the server exited ({proc.returncode}): {log.read_text()}")
+            if not port_file.exists():
+                return None
+            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+            return url if httpx.get(f"{url}/ping", timeout=5).status_code == 200 else None
+
+        yield wait_until(up, 90, what="the LLM server answers /ping"), log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,10 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import httpx  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import wait_until  # noqa: E402
-
-SERVER = [sys.executable, "-m", "shoal.serving", "--host", "127.0.0.1", "--port", "0"]
-ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+from llm_models import SERVER, SERVER_ENV, running  # noqa: E402
 
 #: A DJL handler that serves the tiny LLM beside it (greedy generate) and echoes what it got.
 DJL_MODEL_PY = '''
@@ -76,32 +70,6 @@ def _write(directory: Path, properties: str, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (directory / name).write_text(textwrap.dedent(text))
     return directory
-
-
-@contextmanager
-def running(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A server for *model_dir* on a free port; yields its URL (once /ping is 200) and its
-    log; stops it with SIGTERM and checks it exited cleanly."""
-    port_file = tmp_path / "port"
-    log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*SERVER, "--model", str(model_dir), "--port-file",
-                                 str(port_file)], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **ENV})
-    try:
-        def up() -> str | None:
-            if proc.poll() is not None:
-                raise AssertionError(f"the server exited ({proc.returncode}): {log.read_text()}")
-            if not port_file.exists():
-                return None
-            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-            return url if httpx.get(f"{url}/ping", timeout=5).status_code == 200 else None
-
-        yield wait_until(up, 90, what="the entry point's server answers /ping"), log
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-    assert proc.returncode == 0, log.read_text()
 
 
 def test_a_djl_handle_entry_point_serves_an_llm_and_answers_as_djl_does(tmp_path):
@@ -188,7 +156,7 @@ def test_a_broken_entry_point_fails_the_load_naming_key_and_file(tmp_path, case)
     name = "nope.py" if case == "missing" else "model.py"
     model_dir = _write(tmp_path / "model", f"engine=Python\noption.entryPoint={name}\n", files)
     proc = subprocess.run([*SERVER, "--model", str(model_dir)], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, **ENV})
+                          timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, **SERVER_ENV})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     output = proc.stdout + proc.stderr
     assert f"option.entryPoint='{name}'" in output, output

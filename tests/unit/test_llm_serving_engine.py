@@ -1,11 +1,13 @@
 """The LLM server's engine pieces that need no model: incremental detokenization (the streamed
 pieces join to the whole decode, for byte-level BPE and SentencePiece-style tokenizers), and
-the vLLM adapter: the clear refusal where vllm is missing, the mapping of shoal's generation
+the vLLM adapter: the clear refusal of engine=vllm where vllm is missing (and LMI's vLLM
+values served by the transformers engine, said once), the mapping of shoal's generation
 parameters and serving.properties onto vLLM's, and its outputs turned into token events (against
 a stand-in for vLLM's engine)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,22 +98,41 @@ def test_incremental_detokenization_joins_to_the_whole_decode(make):
 # --- vLLM ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("line", ["option.rolling_batch=vllm", "engine=vllm"])
-def test_vllm_without_the_package_fails_at_load_naming_the_option(tmp_path, line, monkeypatch):
+@pytest.fixture
+def no_vllm(monkeypatch):
+    """vllm not installed (it is not on these machines; this makes sure of it)."""
     import importlib.util
-
-    from shoal.llm.serving._loading import load_model
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real(name, *a))
-    (tmp_path / "serving.properties").write_text(line + "\n")
-    options = load_serving_options(tmp_path, {})
+
+
+def test_engine_vllm_without_the_package_fails_at_load_naming_the_key(tmp_path, no_vllm):
+    from shoal.llm.serving._loading import load_model
+
+    (tmp_path / "serving.properties").write_text("engine=vllm\n")
     with pytest.raises(ModelLoadError) as info:
-        load_model(options, EngineObserver())
+        load_model(load_serving_options(tmp_path, {}), EngineObserver())
     message = str(info.value)
-    assert line in message
-    assert "vllm package" in message and "option.rolling_batch=auto" in message
+    assert "engine=vllm" in message and "vllm package" in message and "engine=Python" in message
+
+
+@pytest.mark.parametrize("line", ["option.rolling_batch=vllm",
+                                  "option.entryPoint=djl_python.lmi_vllm.vllm_async_service"])
+def test_vllm_asked_by_lmi_falls_back_to_the_transformers_engine_and_says_so(
+        tmp_path, line, no_vllm, caplog):
+    from shoal.llm.serving._loading import _use_vllm
+
+    (tmp_path / "serving.properties").write_text(line + "\n")
+    with caplog.at_level(logging.WARNING):
+        assert _use_vllm(load_serving_options(tmp_path, {})) is False
+    said = [r.getMessage() for r in caplog.records if "vllm package is not installed" in
+            r.getMessage()]
+    assert len(said) == 1 and line.partition("=")[0] in said[0]
+    strict = load_serving_options(tmp_path, {"OPTION_SHOAL_STRICT": "true"})
+    with pytest.raises(ModelLoadError, match="option.shoal_strict=true refuses this"):
+        _use_vllm(strict)
 
 
 def test_generation_parameters_map_onto_vllm_sampling():

@@ -40,7 +40,8 @@ def test_properties_are_parsed_and_the_environment_overrides_them(tmp_path, capl
     assert (o.max_model_len, o.quantize, o.entry_point) == (256, Quantize.BITSANDBYTES8,
                                                             "model.py")
     assert o.job_queue_size == 7 and o.trust_remote_code is True
-    assert o.sources["dtype"] == "$OPTION_DTYPE" and o.unknown == ("minWorkers",)
+    assert o.sources["dtype"] == "$OPTION_DTYPE" and o.unknown == ()
+    assert [k.key for k in o.kept] == ["minWorkers"]  # DJL's: accepted, no effect here
     assert [r.getMessage() for r in caplog.records if "minWorkers" in r.getMessage()]
     assert load_serving_options(d, {"HF_MODEL_ID": "org/name"}).model_id == "org/name"
 
@@ -48,10 +49,18 @@ def test_properties_are_parsed_and_the_environment_overrides_them(tmp_path, capl
 @pytest.mark.parametrize(("line", "words"), [
     ("option.dtype=fp99", ["option.dtype='fp99'", "fp32, fp16, bf16"]),
     ("option.max_rolling_batch_size=0", ["option.max_rolling_batch_size='0'", ">= 1"]),
-    ("option.rolling_batch=lmi-dist", ["option.rolling_batch='lmi-dist'", "auto, disable"]),
+    ("option.rolling_batch=turbo", ["option.rolling_batch='turbo'", "auto, disable, vllm, "
+                                                                    "lmi-dist"]),
     ("option.tensor_parallel_degree=two", ["option.tensor_parallel_degree='two'", "max"]),
     ("option.trust_remote_code=maybe", ["maybe", "true or false"]),
-    ("engine=DeepSpeed", ["engine='DeepSpeed'"]),
+    ("engine=PyTorch", ["engine='PyTorch'", "Python, MPI, DeepSpeed", "not LLMs"]),
+    ("option.max_rolling_batch_size=abc", ["option.max_rolling_batch_size='abc'", "integer"]),
+    ("option.batch_size=four", ["option.batch_size='four'", "integer"]),
+    ("option.neuron_optimize_level=9", ["option.neuron_optimize_level='9'", "1, 2 or 3"]),
+    ("option.shoal_strict=sure", ["option.shoal_strict='sure'", "true or false"]),
+    ("option.entryPoint=djl_python.stable-diffusion", ["option.entryPoint=", "Stable Diffusion",
+                                                       "djl_python.huggingface"]),
+    ("option.entryPoint=djl_python.nothing", ["djl_python.nothing", "built-in LLM handlers"]),
     ("option.model_loading_timeout=-3", ["option.model_loading_timeout='-3'"]),
 ])
 def test_a_bad_value_names_its_key_and_value(tmp_path, line, words):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._engine import EngineObserver, TransformersEngine
+from shoal.llm.serving._lmi import VLLM_HANDLERS
 from shoal.llm.serving._properties import LlmServingOptions, LocatedModel, Quantize, locate_model
 
 if TYPE_CHECKING:
@@ -31,11 +32,10 @@ class LoadedModel:
 
 def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedModel:
     """The engine for *options*; ``ModelLoadError`` says what is wrong and where it looked."""
-    if options.uses_vllm:
-        _require_vllm(options)
+    use_vllm = _use_vllm(options)
     located = locate_model(options)
     try:
-        if options.uses_vllm:
+        if use_vllm:
             return _load_vllm(options, located, observer)
         return _load_transformers(options, located, observer)
     except BaseException:
@@ -43,15 +43,34 @@ def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedMo
         raise
 
 
-def _require_vllm(options: LlmServingOptions) -> None:
+def _use_vllm(options: LlmServingOptions) -> bool:
+    """vLLM's engine when asked for and installed; ``engine=vllm`` requires it, while
+    ``option.rolling_batch=vllm`` and the vLLM handlers fall back to the transformers engine
+    (said once; refused under ``option.shoal_strict=true``)."""
     import importlib.util
 
-    key = ("engine=vllm" if options.rolling_batch.value != "vllm"
+    if not options.wants_vllm:
+        return False
+    if importlib.util.find_spec("vllm") is not None:
+        return True
+    if options.requires_vllm:
+        raise ModelLoadError("engine=vllm needs the vllm package on a GPU machine, and it is "
+                             "not installed; install vllm there, or set engine=Python for "
+                             "the built-in transformers engine", key="engine")
+    key = (f"option.entryPoint={options.handler}" if options.handler in VLLM_HANDLERS
            else "option.rolling_batch=vllm")
-    if importlib.util.find_spec("vllm") is None:
-        raise ModelLoadError(f"{key} needs the vllm package on a GPU machine, and it is not "
-                             f"installed; install vllm there, or set option.rolling_batch=auto "
-                             f"for the built-in transformers engine", key=key)
+    _differs(options, f"{key}: the vllm package is not installed here, so shoal's "
+                      f"transformers engine serves the model (continuous batching)",
+             key=key.partition("=")[0])
+    return False
+
+
+def _differs(options: LlmServingOptions, message: str, *, key: str) -> None:
+    """The model runs otherwise than the file says: said once, or, under
+    ``option.shoal_strict=true``, the load fails."""
+    if options.strict:
+        raise ModelLoadError(f"{message}; option.shoal_strict=true refuses this", key=key)
+    log.warning("%s", message)
 
 
 def _load_vllm(options: LlmServingOptions, located: LocatedModel,
@@ -89,8 +108,10 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
         raise ModelLoadError(f"{key}={max_len} is more than the model's "
                              f"max_position_embeddings ({limit}); set at most {limit}", key=key,
                              value=str(max_len))
-    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": options.dtype}
-    kwargs.update(_placement(options, torch))
+    placement = _placement(options, torch)
+    kwargs: dict[str, Any] = {"trust_remote_code": remote,
+                              "dtype": _dtype(options, gpu="device_map" in placement)}
+    kwargs.update(placement)
     if options.quantize is not None:
         kwargs["quantization_config"] = _quantization(options.quantize)
     try:
@@ -127,25 +148,39 @@ def _quantized(model: Any, options: LlmServingOptions) -> str:
 
 
 def _placement(options: LlmServingOptions, torch: Any) -> dict[str, Any]:
+    """Where the weights go: the CPU, one GPU, or a device map over
+    ``option.tensor_parallel_degree`` GPUs (``max``: all). A degree above the GPUs present
+    runs on what is there, said once (refused under ``option.shoal_strict=true``)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     degree = options.tensor_parallel_degree
+    key = "option.tensor_parallel_degree"
+    if degree is not None and degree > max(gpus, 1):
+        where = f"{gpus} GPU(s)" if gpus else "no GPU, so it runs on the CPU"
+        neuron = (" (for Transformers NeuronX the degree counts NeuronCores)"
+                  if options.handler and "neuronx" in options.handler else "")
+        _differs(options, f"{key}={degree}{neuron}: this machine has {where}; the model is "
+                          f"spread over what is there", key=key)
     if gpus == 0:
-        if degree is not None and degree > 1:
-            raise ModelLoadError(f"option.tensor_parallel_degree={degree} needs {degree} GPUs; "
-                                 f"this machine has none (use 1 or max)",
-                                 key="option.tensor_parallel_degree", value=str(degree))
         return {}
-    degree = gpus if degree is None else degree
-    if degree > gpus:
-        raise ModelLoadError(f"option.tensor_parallel_degree={degree}, but this machine has "
-                             f"{gpus} GPU(s)", key="option.tensor_parallel_degree",
-                             value=str(degree))
+    degree = gpus if degree is None else min(degree, gpus)
     if degree == 1:
         return {"device_map": {"": 0}}
     # the transformers engine splits layers over the GPUs (a device map), not tensors
     return {"device_map": "auto",
             "max_memory": {i: torch.cuda.get_device_properties(i).total_memory
                            for i in range(degree)}}
+
+
+def _dtype(options: LlmServingOptions, *, gpu: bool) -> str:
+    """The torch dtype the weights load in: ``option.dtype``, except fp16 on a CPU, which
+    runs in float32 (CPUs lack fast half-precision kernels; bf16 runs as asked), said once
+    (refused under ``option.shoal_strict=true``)."""
+    if options.dtype == "float16" and not gpu:
+        _differs(options, "option.dtype=fp16: this machine has no GPU; the model runs in "
+                          "float32 on the CPU (set option.dtype=fp32 or bf16 to say so)",
+                 key="option.dtype")
+        return "float32"
+    return options.dtype
 
 
 def _quantization(quantize: Quantize) -> Any:

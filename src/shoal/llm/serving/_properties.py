@@ -11,12 +11,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
 from shoal.errors import ModelLoadError
 from shoal.llm._serving import read_serving_properties
+from shoal.llm.serving._lmi import (
+    ASYNC_HANDLERS,
+    BUILTIN_HANDLERS,
+    NON_LLM_HANDLERS,
+    VLLM_HANDLERS,
+    KeptKey,
+    builtin_handler,
+    kept_reason,
+    lmi_notes,
+)
 
 __all__ = ["Engine", "LlmServingOptions", "LocatedModel", "Quantize", "RollingBatch", "find_properties",
            "load_serving_options", "locate_model"]
@@ -29,16 +39,31 @@ _SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 
 
 class Engine(StrEnum):
-    PYTHON = "python"            # DJL's default for LMI; the transformers engine here
-    MPI = "mpi"                  # DJL's multi-GPU engine name; the transformers engine here
-    TRANSFORMERS = "transformers"
-    VLLM = "vllm"
+    """DJL's ``engine=`` values for LLMs (every one runs shoal's engine), and shoal's own."""
+
+    PYTHON = "python"            # DJL's default for LMI
+    MPI = "mpi"                  # DJL's multi-GPU (lmi-dist, TensorRT-LLM) launcher
+    DEEPSPEED = "deepspeed"      # DJL's DeepSpeed engine (older LMI releases)
+    FASTERTRANSFORMER = "fastertransformer"  # older LMI releases
+    TRANSFORMERS = "transformers"  # shoal's name for its own engine
+    VLLM = "vllm"                # shoal's: vLLM's engine, which must be installed
 
 
 class RollingBatch(StrEnum):
-    AUTO = "auto"        # continuous batching with the built-in transformers engine
-    DISABLE = "disable"  # one request at a time
-    VLLM = "vllm"        # vLLM's engine (GPU, when installed)
+    """LMI's ``option.rolling_batch`` values: the inference library DJL would batch with.
+    All but ``disable`` run shoal's continuous batching (``vllm``: vLLM's engine when the
+    package is installed)."""
+
+    AUTO = "auto"
+    DISABLE = "disable"  # no rolling batch: up to option.batch_size requests at a time (1)
+    VLLM = "vllm"
+    LMI_DIST = "lmi-dist"
+    LMI_DIST_V2 = "lmi-dist-v2"
+    SCHEDULER = "scheduler"
+    DEEPSPEED = "deepspeed"
+    TRTLLM = "trtllm"
+    TENSORRTLLM = "tensorrtllm"
+    TNX = "tnx"
 
 
 class Quantize(StrEnum):
@@ -70,7 +95,12 @@ _KEYS: dict[str, str] = {
     "option.model_loading_timeout": "model_loading_timeout",
     "option.tgi_compat": "tgi_compat",
     "option.return_full_text": "return_full_text",
+    "option.batch_size": "djl_batch_size",
+    "option.shoal_strict": "strict",
 }
+#: the DJL engines that serve something other than an LLM through Python
+_NON_LLM_ENGINES = ("pytorch", "mxnet", "tensorflow", "onnxruntime", "onnx", "paddlepaddle",
+                    "tensorrt", "xgboost", "lightgbm", "tflite", "tokenizers", "rust")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +109,23 @@ class LlmServingOptions:
 
     Attributes:
         base_dir: the directory holding ``serving.properties`` (relative model ids start here).
-        engine: ``Python``/``MPI``/``transformers`` (the built-in engine) or ``vllm``.
+        engine: ``Python``/``MPI``/``DeepSpeed``/``FasterTransformer``/``transformers``
+            (shoal's transformers engine) or ``vllm`` (vLLM's, which must be installed).
         model_id: a directory, an fsspec URI, or a hub id from the local cache; ``None``: the
             model beside ``serving.properties``.
         tensor_parallel_degree: GPUs to spread the model over (``None``: ``max``, all there are).
         dtype: torch dtype name, or ``auto`` (the checkpoint's).
-        max_rolling_batch_size: sequences decoded together.
-        rolling_batch: ``auto`` (continuous batching), ``disable`` or ``vllm``.
+        max_rolling_batch_size: sequences decoded together (when set; else
+            ``option.batch_size``, else 32).
+        rolling_batch: the LMI value; every one but ``disable`` is continuous batching.
         max_model_len: prompt + generated tokens per sequence (``None``: the model's limit).
         quantize: bitsandbytes 4 or 8 bit at load.
-        entry_point: a custom ``model.py`` handler, served by the regular model server.
+        entry_point: a custom ``model.py`` handler (a file), served by its own app.
+        handler: a built-in ``djl_python.*`` handler's name (served by shoal's engine).
+        djl_batch_size: ``option.batch_size`` (the batch limit when
+            ``max_rolling_batch_size`` is not set).
+        strict: ``option.shoal_strict``: what would run differently from the file as
+            written (keys with no effect, too few devices, another dtype) fails the load.
         model_loading_timeout: seconds the load may take before the server gives up.
         job_queue_size: requests waiting for a batch slot before 503.
         tgi_compat: LMI's ``option.tgi_compat``: ``/invocations`` answers as Hugging Face's
@@ -100,6 +137,10 @@ class LlmServingOptions:
             ``HuggingFaceModel`` sets it with ``tgi_compat``.
         unknown: keys this server does not know (reported once at load; with an entry point,
             unknown ``option.*`` keys are the handler's own and are passed to it).
+        kept: DJL/LMI keys accepted with no effect here (Neuron's compiler settings, DJL's
+            worker settings), with why.
+        notes: what the server says once at start: which engine serves the file, the
+            unknown and kept keys.
         properties: every key as written (or as an environment variable set it) and its
             value, for an entry point's ``handle()``.
         sources: where each set field came from (``serving.properties`` or a variable).
@@ -120,21 +161,48 @@ class LlmServingOptions:
     trust_remote_code: bool = False
     quantize: Quantize | None = None
     entry_point: str | None = None
+    handler: str | None = None
+    djl_batch_size: int | None = None
+    strict: bool = False
     model_loading_timeout: float = 1800.0
     job_queue_size: int = 1000
     tgi_compat: bool = False
     return_full_text: bool = False
     unknown: tuple[str, ...] = ()
+    kept: tuple[KeptKey, ...] = ()
+    notes: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def uses_vllm(self) -> bool:
-        return self.engine is Engine.VLLM or self.rolling_batch is RollingBatch.VLLM
+    def ignored(self) -> tuple[str, ...]:
+        """The unknown keys nothing reads: with a custom entry point, its handler receives
+        the ``option.*`` ones."""
+        if self.entry_point:
+            return tuple(k for k in self.unknown if not k.lower().startswith("option."))
+        return self.unknown
+
+    @property
+    def wants_vllm(self) -> bool:
+        """vLLM asked for: ``engine=vllm`` (required), ``option.rolling_batch=vllm`` or a
+        vLLM handler (used when installed)."""
+        return (self.engine is Engine.VLLM or self.rolling_batch is RollingBatch.VLLM
+                or self.handler in VLLM_HANDLERS)
+
+    @property
+    def requires_vllm(self) -> bool:
+        return self.engine is Engine.VLLM
 
     @property
     def batch_size(self) -> int:
-        return 1 if self.rolling_batch is RollingBatch.DISABLE else self.max_rolling_batch_size
+        """Sequences decoded together: ``max_rolling_batch_size`` when set, else
+        ``option.batch_size``, else 32; with ``option.rolling_batch=disable`` (and no async
+        service handler, which batches on its own) ``option.batch_size`` or 1."""
+        if self.rolling_batch is RollingBatch.DISABLE and self.handler not in ASYNC_HANDLERS:
+            return self.djl_batch_size or 1
+        if "max_rolling_batch_size" in self.sources or self.djl_batch_size is None:
+            return self.max_rolling_batch_size
+        return self.djl_batch_size
 
 
 def find_properties(model: str | os.PathLike[str]) -> Path | None:
@@ -171,30 +239,69 @@ def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOp
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     unknown: list[str] = []
+    kept: list[KeptKey] = []
     for lower, (key, value, origin) in raw.items():
         name = _KEYS.get(lower)
-        if name is None:
+        if name is not None:
+            values[name] = _convert(name, key, value.strip(), origin)
+            sources[name] = origin
+        elif (reason := kept_reason(lower)) is not None:
+            _check_kept(lower, key, value.strip(), origin)
+            kept.append(KeptKey(key, value, reason))
+        else:
             unknown.append(key)
-            continue
-        values[name] = _convert(name, key, value.strip(), origin)
-        sources[name] = origin
-    _report_unknown(source, unknown, handler="entry_point" in values)
-    return LlmServingOptions(base_dir=source.parent.resolve(), unknown=tuple(sorted(unknown)),
-                             sources=sources, properties={k: v for k, v, _ in raw.values()},
-                             **values)  # type: ignore[arg-type]
+    _split_entry_point(values, sources)
+    options = LlmServingOptions(base_dir=source.parent.resolve(),
+                                unknown=tuple(sorted(unknown)),
+                                kept=tuple(sorted(kept, key=lambda k: k.key.lower())),
+                                sources=sources, properties={k: v for k, v, _ in raw.values()},
+                                **values)  # type: ignore[arg-type]
+    if options.strict:
+        _refuse_in_strict_mode(options, source)
+    notes = lmi_notes(options, source)
+    for level, note in notes:
+        log.log(level, "%s", note)
+    return replace(options, notes=tuple(note for _, note in notes))
 
 
-def _report_unknown(source: Path, unknown: list[str], *, handler: bool) -> None:
-    """Unknown keys are ignored, and said so; with an entry point, ``option.*`` keys are the
-    handler's own (it receives them), so only the others are."""
-    if handler:
-        passed = sorted(k for k in unknown if k.lower().startswith("option."))
-        if passed:
-            log.info("%s: passing %s to option.entryPoint's handler", source, ", ".join(passed))
-        unknown = [k for k in unknown if not k.lower().startswith("option.")]
-    if unknown:
-        log.warning("%s: ignoring key(s) this server does not know: %s (known: %s)", source,
-                    ", ".join(sorted(unknown)), ", ".join(sorted(_KEYS)))
+def _split_entry_point(values: dict[str, object], sources: dict[str, str]) -> None:
+    """``option.entryPoint`` naming a built-in ``djl_python.*`` handler is not a file: it moves
+    to ``handler`` (a non-LLM or unknown built-in one fails, naming the key)."""
+    value = values.get("entry_point")
+    if not isinstance(value, str):
+        return
+    handler = builtin_handler(value)
+    if handler is None:
+        return
+    origin = sources.pop("entry_point")
+    del values["entry_point"]
+    if handler in NON_LLM_HANDLERS:
+        raise _bad("option.entryPoint", value, origin,
+                   f"an LLM handler: {handler} serves {NON_LLM_HANDLERS[handler]}, which this "
+                   f"LLM server does not; give one of {', '.join(BUILTIN_HANDLERS)} or a "
+                   f"model.py of your own")
+    if handler not in BUILTIN_HANDLERS:
+        raise _bad("option.entryPoint", value, origin,
+                   f"one of DJL's built-in LLM handlers ({', '.join(BUILTIN_HANDLERS)}) or a "
+                   f"Python file (model.py) beside serving.properties")
+    values["handler"] = handler
+    sources["handler"] = origin
+
+
+def _check_kept(lower: str, key: str, value: str, origin: str) -> None:
+    """A kept key's value is still checked where DJL would refuse it."""
+    if lower == "option.neuron_optimize_level" and value not in ("1", "2", "3"):
+        raise _bad(key, value, origin, "1, 2 or 3 (the Neuron compiler's -O level)")
+
+
+def _refuse_in_strict_mode(options: LlmServingOptions, source: Path) -> None:
+    """``option.shoal_strict=true``: a key that would have no effect fails the load."""
+    ignored = [*options.ignored, *(k.key for k in options.kept)]
+    if ignored:
+        raise ModelLoadError(f"{source}: option.shoal_strict=true and these keys would have no "
+                             f"effect here: {', '.join(ignored)}; remove them, or set "
+                             f"option.shoal_strict=false to serve with them ignored",
+                             key=ignored[0], source=str(source))
 
 
 def _bad(key: str, value: str, origin: str, expected: str) -> ModelLoadError:
@@ -208,12 +315,15 @@ def _convert(name: str, key: str, value: str, origin: str) -> object:
         try:
             return Engine(low)
         except ValueError:
-            raise _bad(key, value, origin, "Python, MPI, transformers or vllm") from None
+            hint = (f" ({value} is DJL's engine for {value} models, not LLMs; serve those "
+                    f"without serving.properties)" if low in _NON_LLM_ENGINES else "")
+            raise _bad(key, value, origin, "Python, MPI, DeepSpeed, FasterTransformer, "
+                       "transformers or vllm" + hint) from None
     if name == "rolling_batch":
         try:
             return RollingBatch(low)
         except ValueError:
-            raise _bad(key, value, origin, "auto, disable or vllm") from None
+            raise _bad(key, value, origin, ", ".join(r.value for r in RollingBatch)) from None
     if name == "dtype":
         if low not in _DTYPES:
             raise _bad(key, value, origin, "fp32, fp16, bf16 or auto")
@@ -222,7 +332,7 @@ def _convert(name: str, key: str, value: str, origin: str) -> object:
         if low not in _QUANTIZE_ALIASES:
             raise _bad(key, value, origin, "bitsandbytes4 or bitsandbytes8 (bitsandbytes)")
         return _QUANTIZE_ALIASES[low]
-    if name in ("trust_remote_code", "tgi_compat", "return_full_text"):
+    if name in ("trust_remote_code", "tgi_compat", "return_full_text", "strict"):
         if low not in _BOOLS:
             raise _bad(key, value, origin, "true or false")
         return _BOOLS[low]
@@ -230,7 +340,8 @@ def _convert(name: str, key: str, value: str, origin: str) -> object:
         if low == "max":
             return None
         return _positive_int(key, value, origin, "a GPU count >= 1 or max")
-    if name in ("max_rolling_batch_size", "max_model_len", "job_queue_size"):
+    if name in ("max_rolling_batch_size", "max_model_len", "job_queue_size",
+                "djl_batch_size"):
         return _positive_int(key, value, origin, "an integer >= 1")
     if name == "model_loading_timeout":
         try:

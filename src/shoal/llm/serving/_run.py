@@ -61,6 +61,8 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     host = f"[{options.host}]" if ":" in options.host else options.host
     sys.stdout.write(f"shoal LLM server listening on http://{host}:{port} (serving.properties "
                      f"{properties})\n")
+    for note in llm.notes:  # which engine serves it; keys kept with no effect; unknown keys
+        sys.stdout.write(f"  {note}\n")
     sys.stdout.flush()
     saved: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
