@@ -52,21 +52,42 @@ def run_llm_serving_demo(model_dir: Path, question: str, number: int) -> None:
             how = "openai.OpenAI(base_url=.../v1).chat.completions.create"
         out().print(Text(f"   {how}:"))
         out().print(Text(f"     {chat!r}", style="green"))
-        pieces: list[str] = []
-        body = {"inputs": "Serving an LLM means", "parameters": {"max_new_tokens": 16},
-                "stream": True}
-        with httpx.stream("POST", url + "/invocations", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                if line:
-                    pieces.append(json.loads(line)["token"]["text"])
-        out().print(Text(f"   POST /invocations {{\"inputs\", \"parameters\", \"stream\": true}}"
-                         f" -> {len(pieces)} JSON lines:"))
-        out().print(Text(f"     {''.join(pieces)!r}", style="green"))
+        _stream_the_same_question(url, model_dir, messages)
     finally:
         proc.terminate()
         proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()
     out().print(Text(f"   {time.monotonic() - started:.1f}s. The same directory deploys with "
                      f"Model(model_data=...).deploy() or 'shoal serve DIR'", style="dim"))
+
+
+def _stream_the_same_question(url: str, model_dir: Path, messages: list[dict[str, str]]) -> None:
+    """The question again through LMI's ``/invocations``, whole and streamed with the same
+    greedy settings: the streamed tokens join to the whole answer. The prompt is the
+    question in the chat template the model was fine-tuned on; a plain-text prompt is
+    outside what it learnt, and its first greedy token can be the end of text (a stream of
+    one line with empty text, as an early version of this demo showed)."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(model_dir).apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True)
+    body = {"inputs": prompt, "parameters": {"max_new_tokens": 24, "do_sample": False}}
+    whole = httpx.post(url + "/invocations", json=body, timeout=60).json()["generated_text"]
+    pieces: list[str] = []
+    with httpx.stream("POST", url + "/invocations", json={**body, "stream": True},
+                      timeout=60) as r:
+        for line in r.iter_lines():
+            if line:
+                pieces.append(json.loads(line)["token"]["text"])
+    joined = "".join(pieces)
+    out().print(Text(f"   POST /invocations {{\"inputs\": <the question in the chat template>, "
+                     f"\"stream\": true}} -> {len(pieces)} JSON lines, joined:"))
+    same = ("the same as without streaming" if joined == whole
+            else f"NOT the answer without streaming, {whole!r}")
+    out().print(Text(f"     {joined!r}", style="green" if joined == whole else "red"),
+                Text(f"({same})", style="dim"))
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], port_file: Path) -> str:
