@@ -72,7 +72,7 @@ def test_a_model_bomb_fails_the_deploy_naming_archive_and_cap_and_delete_leaves_
         session, tmp_path):
     bomb = _model_tar(tmp_path / "model.tar.gz", 64 * MIB)
     assert bomb.stat().st_size < 200_000
-    model = Model(str(bomb), entry_point="serve.py", source_dir=str(_code(tmp_path)))
+    model = Model(model_data=str(bomb), entry_point="serve.py", source_dir=str(_code(tmp_path)))
     with pytest.raises(EndpointFailedError) as info:
         model.deploy(endpoint_name="bomb")
     text = str(info.value)
@@ -93,7 +93,7 @@ def test_a_model_bomb_fails_the_deploy_naming_archive_and_cap_and_delete_leaves_
 def test_too_many_files_in_model_data_fail_the_deploy(session, tmp_path):
     many = _model_tar(tmp_path / "many.tar.gz", 10, files=60)
     with pytest.raises(EndpointFailedError, match="more than 50 files.*SHOAL_MAX_EXTRACT_FILES"):
-        Model(str(many), entry_point="serve.py",
+        Model(model_data=str(many), entry_point="serve.py",
               source_dir=str(_code(tmp_path))).deploy(endpoint_name="many")
     where = endpoint_dir(session.home, "many")
     assert not (where / "model").exists()
@@ -103,7 +103,7 @@ def test_too_many_files_in_model_data_fail_the_deploy(session, tmp_path):
 
 def test_delete_after_a_successful_deploy_removes_what_deploy_wrote(session, tmp_path):
     archive = _model_tar(tmp_path / "model.tar.gz", CAP // 2)
-    predictor = Model(str(archive), entry_point="serve.py",
+    predictor = Model(model_data=str(archive), entry_point="serve.py",
                       source_dir=str(_code(tmp_path))).deploy(endpoint_name="fine")
     assert predictor.predict([[1.0]]) == {"bytes": CAP // 2, "n": 1}
     where = endpoint_dir(session.home, "fine")
@@ -125,7 +125,7 @@ def test_a_failed_deploy_frees_its_staged_model_and_delete_removes_the_rest(sess
     (src / "serve.py").write_text("def model_fn(model_dir):\n    raise RuntimeError('nope')\n")
     archive = _model_tar(tmp_path / "model.tar.gz", CAP // 2)
     with pytest.raises(EndpointFailedError, match="nope"):
-        Model(str(archive), entry_point="serve.py", source_dir=str(src)).deploy(
+        Model(model_data=str(archive), entry_point="serve.py", source_dir=str(src)).deploy(
             endpoint_name="broken")
     where = endpoint_dir(session.home, "broken")
     assert not (where / "model").exists() and not (where / "code.tar.gz").exists()

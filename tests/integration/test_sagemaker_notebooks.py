@@ -99,7 +99,9 @@ SKLEARN_NOTEBOOK = textwrap.dedent("""\
     predictor.serializer = CSVSerializer()
     result = predictor.predict(iris.data[:5])
     print("predictions:", result)
-    assert result == iris.target[:5].astype(float).tolist(), result
+    # an SKLearnPredictor, as in SageMaker: a numpy array back (NumpyDeserializer)
+    assert type(result).__name__ == "ndarray", type(result)
+    assert result.tolist() == iris.target[:5].astype(float).tolist(), result
     predictor.delete_endpoint()
     print("NOTEBOOK OK")
     """)
