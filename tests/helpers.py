@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "endpoint_test_session", "fresh_postgres_database", "rank_lines", "wait_until"]
+__all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "endpoint_test_session", "flip_stored_byte",
+           "fresh_postgres_database", "rank_lines", "wait_until"]
 
 #: A torch-distributed training script (gloo on CPU): each rank all-reduces rank + 1 and prints
 #: what it saw as one JSON line; rank 0 writes the world size into the model directory.
@@ -222,3 +223,22 @@ def linear_onnx(path: Any, weights: Any, bias: Any) -> None:
     model.ir_version = 8
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
+
+
+def flip_stored_byte(session: Any, job: str, kind: str) -> str:
+    """Change one byte of job *job*'s stored *kind* pickle where it is stored (a row of the
+    metadata store for a small payload, ``<job>/<kind>/payload.pkl`` for a large one), as
+    someone who can write there would; its metadata (and HMAC) stay. Returns where."""
+    from shoal.storage.artifacts import job_key
+
+    row = session.metadata.get_job_payload(job, kind)
+    if row is not None:
+        data = bytearray(row[0])
+        data[-2] ^= 0xFF
+        session.metadata.put_job_payloads(job, {kind: (bytes(data), row[1])})
+        return "database"
+    key = job_key(job, kind, "payload.pkl")
+    data = bytearray(session.artifacts.get_bytes(key))
+    data[-2] ^= 0xFF
+    session.artifacts.put_bytes(key, bytes(data))
+    return "file"

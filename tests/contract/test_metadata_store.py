@@ -134,6 +134,49 @@ def test_get_job_key_salt(ctx: Ctx) -> None:
     assert ctx.store.get_job_key_salt(b) == f"salt-{b}"
 
 
+# --- small payloads (revision 0005) -------------------------------------------------------
+
+def test_job_payloads_round_trip_byte_for_byte_and_replace(ctx: Ctx) -> None:
+    a, b = ctx.create("a"), ctx.create("b")
+    every_byte = bytes(range(256)) * 3  # a pickle is binary: NUL and high bytes included
+    ctx.store.put_job_payloads(a, {"function": (every_byte, b'{"m": 1}'),
+                                   "arguments": (b"", b'{"m": 2}')})
+    assert ctx.store.get_job_payload(a, "function") == (every_byte, b'{"m": 1}')
+    assert ctx.store.get_job_payload(a, "arguments") == (b"", b'{"m": 2}')
+    assert ctx.store.get_job_payload(a, "results") is None
+    assert ctx.store.get_job_payload(b, "function") is None  # another job's are its own
+    ctx.store.put_job_payloads(a, {"function": (b"new", b"{}")})  # replaced, not added
+    assert ctx.store.get_job_payload(a, "function") == (b"new", b"{}")
+    assert ctx.store.job_payload_bytes(a) == len(b"new{}") + len(b'{"m": 2}')
+    assert ctx.store.job_payload_bytes(b) == 0
+
+
+def test_job_payloads_of_an_unknown_job_are_refused_naming_it(ctx: Ctx) -> None:
+    missing = ctx.name("missing")
+    with pytest.raises(JobNotFound, match=missing):
+        ctx.store.put_job_payloads(missing, {"results": (b"x", b"{}")})
+    assert ctx.store.get_job_payload(missing, "results") is None
+
+
+def test_job_payloads_go_with_their_job_record(ctx: Ctx) -> None:
+    """Deleting a job's record deletes its payload rows (ON DELETE CASCADE): what removes
+    the record removes the payloads, as a prefix delete removes its files."""
+    a, b = ctx.create("a"), ctx.create("b")
+    for name in (a, b):
+        ctx.store.put_job_payloads(name, {"results": (b"r", b"{}")})
+    engine = sa.create_engine(ctx.url)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+            conn.execute(sa.text("DELETE FROM job_events WHERE job_name = :n"), {"n": a})
+            conn.execute(sa.text("DELETE FROM jobs WHERE name = :n"), {"n": a})
+    finally:
+        engine.dispose()
+    assert ctx.store.get_job_payload(a, "results") is None
+    assert ctx.store.get_job_payload(b, "results") == (b"r", b"{}")
+
+
 # --- update_job ---------------------------------------------------------------------------
 
 def test_lifecycle_timestamps_and_events(ctx: Ctx) -> None:

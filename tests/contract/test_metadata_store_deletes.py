@@ -65,6 +65,8 @@ def test_delete_jobs_removes_ended_jobs_with_their_history_metrics_and_run_links
     ctx.store.create_run(exp, "r")
     ctx.store.link_run_job(exp, "r", done)
     ctx.store.link_run_job(exp, "r", kept)
+    for name in (done, kept):
+        ctx.store.put_job_payloads(name, {"results": (b"result", b"{}")})
 
     removed = ctx.store.delete_jobs([done, failed, running, f"{ctx.prefix}-never"])
 
@@ -75,6 +77,8 @@ def test_delete_jobs_removes_ended_jobs_with_their_history_metrics_and_run_links
     assert [p.value for p in ctx.store.get_metrics(job_owner(kept))] == [1.0]
     assert ctx.store.get_run(exp, "r").jobs == (kept,)
     assert ctx.store.runs_for_job(done) == []
+    assert ctx.store.get_job_payload(done, "results") is None  # its small payloads went too
+    assert ctx.store.get_job_payload(kept, "results") == (b"result", b"{}")
     assert ctx.store.delete_jobs([done]) == []  # again: nothing left to delete
 
 

@@ -115,6 +115,7 @@ def test_delete_removes_records_artifacts_and_logs_and_refuses_running_jobs(sess
     assert deleted.returncode == 0, deleted.stderr
     assert f"removed job {name}" in deleted.stdout and "removed 1 job(s)" in deleted.stderr
     assert session.metadata.find_job(name) is None
+    assert session.metadata.get_job_payload(name, "results") is None  # the row went too
     assert not _artifact_dir(session, name).exists() and not supervisor_log.exists()
     assert run_cli("jobs", "delete", name).returncode == 3  # gone
 

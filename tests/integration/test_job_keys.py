@@ -36,15 +36,18 @@ def forge(victim: str) -> dict:
     root = P(os.environ["SHOAL_ARTIFACT_URL"].removeprefix("file://"))
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT * FROM jobs").fetchall()
-    texts = [str(v) for row in rows for v in row]
+        rows += conn.execute("SELECT * FROM job_payloads").fetchall()
+        # The victim's result: a row of the metadata store (a small payload, revision 0005).
+        data, raw_meta = conn.execute("SELECT data, metadata FROM job_payloads WHERE "
+                                      "job_name = ? AND kind = 'results'", (victim,)).fetchone()
+    texts = [v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+             for row in rows for v in row]
     texts += list(os.environ.values())
     texts += [p.read_text(errors="replace") for p in root.rglob("*.json")]
     candidates = {c for t in texts for c in re.findall(r"[0-9a-f]{32,128}", t)}
     candidates |= {hmac.new(bytes.fromhex(c), b"shoal/payload-key/v1", hashlib.sha256).hexdigest()
                    for c in list(candidates) if len(c) % 2 == 0}
-    result = root / victim / "results"
-    data = (result / "payload.pkl").read_bytes()
-    meta = json.loads((result / "metadata.json").read_text())
+    meta = json.loads(raw_meta)
 
     def sign(key: str, blob: bytes) -> str:
         return hmac.new(bytes.fromhex(key), blob, hashlib.sha256).hexdigest()
@@ -53,8 +56,10 @@ def forge(victim: str) -> dict:
     key = found[0] if found else os.environ.get("SHOAL_JOB_KEY") or "00" * 32
     forged = cloudpickle.dumps("forged")
     meta.update(hmac_sha256=sign(key, forged), size=len(forged))
-    (result / "payload.pkl").write_bytes(forged)
-    (result / "metadata.json").write_text(json.dumps(meta, sort_keys=True))
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE job_payloads SET data = ?, metadata = ? WHERE job_name = ? AND "
+                     "kind = 'results'", (forged, json.dumps(meta, sort_keys=True).encode(),
+                                          victim))
     return {"found": bool(found), "tried": len(candidates)}
 
 

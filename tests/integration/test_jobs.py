@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import shoal
+from helpers import flip_stored_byte
 from shoal import JobFailedError, remote
 from shoal.core import FailureKind, JobQuery, JobStatus
 from shoal.errors import (
@@ -18,7 +19,6 @@ from shoal.errors import (
     SchemaOutOfDateError,
 )
 from shoal.remote_function import RemoteOptions
-from shoal.storage.artifacts import job_key
 
 
 def double(x):
@@ -42,10 +42,7 @@ def _submit_without_launch(session, func, *args):
 
 def test_tampered_function_payload_is_refused_by_the_job(session):
     record = _submit_without_launch(session, double, 21)
-    key = job_key(record.name, "function", "payload.pkl")
-    data = bytearray(session.artifacts.get_bytes(key))
-    data[-2] ^= 0xFF
-    session.artifacts.put_bytes(key, bytes(data))
+    assert flip_stored_byte(session, record.name, "function") == "database"  # a small payload
     svc = session.jobs
     svc.launch(record)
     final = svc.wait(record.name, timeout=60)
@@ -73,10 +70,7 @@ def test_tampered_result_is_refused_by_the_client(session):
     record = svc.submit_function(spec, double, (21,), {})
     final = svc.wait(record.name, timeout=60)
     assert svc.outcome(final) == 42
-    key = job_key(record.name, "results", "payload.pkl")
-    data = bytearray(session.artifacts.get_bytes(key))
-    data[-2] ^= 0xFF
-    session.artifacts.put_bytes(key, bytes(data))
+    assert flip_stored_byte(session, record.name, "results") == "database"
     with pytest.raises(PayloadIntegrityError):
         svc.outcome(final)
 

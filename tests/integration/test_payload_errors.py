@@ -7,7 +7,6 @@ import pytest
 
 from shoal import remote
 from shoal.errors import PayloadIntegrityError, SerializationError
-from shoal.storage.artifacts import job_key
 
 ONLY_IN_THE_JOB = "class Point:\n    def __init__(self, x):\n        self.x = x\n"
 
@@ -73,7 +72,8 @@ def test_a_result_the_client_cannot_import_blames_the_client_and_names_module_an
 def test_unreadable_result_metadata_is_not_called_tampering(session):
     svc, final = _run(session, answer)
     assert svc.outcome(final) == 42
-    session.artifacts.put_bytes(job_key(final.name, "results", "metadata.json"), b'{"format_')
+    data, _meta = session.metadata.get_job_payload(final.name, "results")  # a small payload
+    session.metadata.put_job_payloads(final.name, {"results": (data, b'{"format_')})
     with pytest.raises(SerializationError) as info:
         svc.outcome(final)
     assert not isinstance(info.value, PayloadIntegrityError)

@@ -33,7 +33,14 @@ def test_remote_job_on_postgres_and_s3(tmp_path, postgres_url, s3_bucket_url, mo
         records = s.metadata.list_jobs(JobQuery(name_prefix="team-job"))
         assert records and records[0].status == JobStatus.COMPLETED
         name = records[0].name
-        assert s.artifacts.exists(f"{name}/results/payload.pkl")
+        # A small result is a row of the team's database; a large one an object in S3.
+        assert s.metadata.get_job_payload(name, "results") is not None
+        assert not s.artifacts.exists(f"{name}/results/payload.pkl")
+        big = remote(sagemaker_session=s, job_name_prefix="team-big")(lambda n: b"x" * n)
+        assert big(64 * 1024) == b"x" * 64 * 1024
+        [large] = s.metadata.list_jobs(JobQuery(name_prefix="team-big"))
+        assert s.artifacts.exists(f"{large.name}/results/payload.pkl")
+        assert s.metadata.get_job_payload(large.name, "results") is None
         assert b"hello from the job" in s.jobs.read_log(name)
         with pytest.raises(ZeroDivisionError):
             remote(sagemaker_session=s)(lambda: 1 / 0)()

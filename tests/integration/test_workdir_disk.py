@@ -51,6 +51,10 @@ def test_a_20_mb_argument_leaves_no_copy_in_the_work_directory(session):
                     os.walk(session.home / "artifacts" / record.name) for f in files)
     assert data["artifact_bytes"] == artifacts > 40 * MB
     assert 0 < data["workdir_bytes"] < MB
-    assert data["total_bytes"] == data["artifact_bytes"] + data["workdir_bytes"]
+    # The function's small pickle sits in the database (jobs/_payloads.py), counted too.
+    function = session.jobs.get_payload(record.name, "function")
+    assert data["database_bytes"] == len(function.data) + len(function.metadata) > 0
+    assert data["total_bytes"] == (data["artifact_bytes"] + data["database_bytes"]
+                                   + data["workdir_bytes"])
     text = describe(session.home, record.name).stdout
     assert "On disk" in text and f"({artifacts} bytes)" in text

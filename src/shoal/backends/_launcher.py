@@ -89,8 +89,19 @@ def _child(request: dict[str, Any], log_path: str | None) -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
+            _drop_if_empty(log_path)
         finally:
             os._exit(code)
+
+
+def _drop_if_empty(log_path: str | None) -> None:
+    """Remove the supervisor's log if it wrote nothing there (most do not): an empty file per
+    job is an inode and a directory entry for nothing. A log with anything in it stays."""
+    if not log_path:
+        return
+    with contextlib.suppress(OSError):
+        if os.fstat(1).st_size == 0 and os.path.samestat(os.fstat(1), os.stat(log_path)):
+            os.unlink(log_path)
 
 
 def serve(sock_path: str, idle_seconds: float, preload: Sequence[str]) -> int:

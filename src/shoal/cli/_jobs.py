@@ -121,6 +121,7 @@ def describe(
     sections = _describe_sections(record, log_uri)
     sections.insert(1, ("On disk", key_values([
         ("artifacts", _size(disk["artifact_bytes"])),
+        ("payloads in the database", _size(disk["database_bytes"])),
         ("work directory", _size(disk["workdir_bytes"])),
         ("total", _size(disk["total_bytes"]))])))
     if runs:
@@ -138,11 +139,13 @@ def describe(
 
 
 def _disk_usage(name: str) -> dict[str, int]:
-    """What the job keeps: its stored artifacts, and its work directory on this machine."""
+    """What the job keeps: its stored artifacts, its small payloads in the database, and its
+    work directory on this machine."""
     from shoal.jobs._workfiles import job_disk_usage
 
     session = state.session()
-    return job_disk_usage(session.jobs.artifacts, session.home / "work", name)
+    return job_disk_usage(session.jobs.artifacts, session.home / "work", name,
+                          session.jobs.metadata)
 
 
 def _size(n: int) -> str:

@@ -77,6 +77,15 @@ class MetadataStore(Protocol):
     def get_job_key_salt(self, name: str) -> str:
         """The job's key salt; "" for a job recorded before keys were derived (schema 0004)."""
         ...
+    def put_job_payloads(self, name: str, payloads: Mapping[str, tuple[bytes, bytes]]) -> None:
+        """Store (replace) small payloads of job *name*, ``{kind: (pickle, metadata)}``."""
+        ...
+    def get_job_payload(self, name: str, kind: str) -> tuple[bytes, bytes] | None:
+        """A payload stored by put_job_payloads; None when it is not held here."""
+        ...
+    def job_payload_bytes(self, name: str) -> int:
+        """Bytes of job *name*'s payloads held here."""
+        ...
     def update_job(
         self, name: str, *, status: JobStatus, expected: JobStatus | None = None,
         reason: str | None = None, failure_kind: FailureKind | None = None,

@@ -47,8 +47,10 @@ class PrepareError(Exception):
 
 
 class Preparer:
-    def __init__(self, artifacts: Any, *, envs: Any, python: str, fork: bool) -> None:
+    def __init__(self, artifacts: Any, *, envs: Any, python: str, fork: bool,
+                 payloads: Callable[[str, str], Any]) -> None:
         self._artifacts = artifacts
+        self._payloads = payloads  # (job, kind) -> its Payload, wherever it is stored
         self._envs = envs
         self._python = python
         self._fork = fork
@@ -82,9 +84,9 @@ class Preparer:
         inline = inline_ok and plan.fork and plan.runtime is None
         payloads = () if inline or spec.kind == JobKind.SCRIPT else ("function", "arguments")
         for kind in payloads:
-            for fname, local in (("payload.pkl", f"{kind}.pkl"), ("metadata.json", f"{kind}.json")):
-                (workdir / local).write_bytes(
-                    self._artifacts.get_bytes(job_key(record.name, kind, fname)))
+            payload = self._payloads(record.name, kind)
+            (workdir / f"{kind}.pkl").write_bytes(payload.data)
+            (workdir / f"{kind}.json").write_bytes(payload.metadata)
         return plan
 
     def _build_env(self, record: JobRecord, sink: LogSink) -> JobPython:

@@ -25,16 +25,24 @@ PAYLOAD_COPIES = tuple(f"{kind}.{ext}" for kind in ("function", "arguments", "re
                             ".results.json.tmp", ".exception.pkl.tmp", ".exception.json.tmp")
 
 
-def drop_copies(workdir: Path, *, script: bool = False, uploaded: bool = False) -> None:
+def drop_copies(workdir: Path, *, script: bool = False, uploaded: bool = False,
+                empty: bool = False) -> None:
     """Remove from *workdir* what the store holds (or held only for the job's process): the
     payload files, channels that were copied (linked ones are left alone), and, for a
     script whose outputs were uploaded, ``model/`` and ``output/data/``. What else the job
-    left there stays, for the user to look at."""
+    left there stays, for the user to look at; with *empty*, *workdir* itself goes when
+    nothing is left in it (a directory is a disk block, and most jobs leave nothing)."""
     for name in PAYLOAD_COPIES:
         with contextlib.suppress(FileNotFoundError):
             (workdir / name).unlink()
-    if not script:
-        return
+    if script:
+        _drop_script_copies(workdir, uploaded)
+    if empty:
+        with contextlib.suppress(OSError):  # not empty (the job's own files), or gone
+            workdir.rmdir()
+
+
+def _drop_script_copies(workdir: Path, uploaded: bool) -> None:
     channels = workdir / "input" / "data"
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(channels):
@@ -70,13 +78,18 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-def job_disk_usage(artifacts: Any, work_root: Path, name: str) -> dict[str, int]:
-    """``{"artifact_bytes", "workdir_bytes", "total_bytes"}`` of job *name*: what the store
-    holds under its prefix, and its work directories and local log on this machine."""
+def job_disk_usage(artifacts: Any, work_root: Path, name: str,
+                   metadata: Any = None) -> dict[str, int]:
+    """``{"artifact_bytes", "database_bytes", "workdir_bytes", "total_bytes"}`` of job
+    *name*: what the artifact store holds under its prefix, the small payloads the metadata
+    store holds for it (``jobs/_payloads.py``), and its work directories and local log on
+    this machine."""
     stored = int(artifacts.disk_usage(name))
+    inline = int(metadata.job_payload_bytes(name)) if metadata is not None else 0
     local = sum(_tree_bytes(p) for p in Path(work_root).glob(f"{name}.*")
                 if p.name == f"{name}.log" or p.name[len(name) + 1:].split(".")[0].isdigit())
-    return {"artifact_bytes": stored, "workdir_bytes": local, "total_bytes": stored + local}
+    return {"artifact_bytes": stored, "database_bytes": inline, "workdir_bytes": local,
+            "total_bytes": stored + inline + local}
 
 
 def collect(workdir: Path, inline: dict[str, Any] | None

@@ -49,8 +49,8 @@ from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
+from shoal.serialization import Payload
 from shoal.serialization.keys import payload_key
-from shoal.storage.artifacts import job_key
 
 __all__ = ["Outcome", "Supervisor"]
 
@@ -99,7 +99,7 @@ class Supervisor:
         # interpreter (saves a Python start-up and the cloudpickle import); exec otherwise.
         self._fork = fork and self._python == sys.executable
         self._preparer = Preparer(service.artifacts, envs=envs, python=self._python,
-                                  fork=self._fork)
+                                  fork=self._fork, payloads=service.get_payload)
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
         self._subreaper = False  # adopts what the job's processes orphan (_install_signals)
@@ -182,7 +182,7 @@ class Supervisor:
                 # Its outcome is stored: the copies in its work directory only take space.
                 drop_copies(self._work_root / f"{record.name}.{attempt}",
                             script=spec.kind == JobKind.SCRIPT,
-                            uploaded=outcome.status == JobStatus.COMPLETED)
+                            uploaded=outcome.status == JobStatus.COMPLETED, empty=True)
                 if outcome.retry and attempt < attempts and not self._stop:
                     try:
                         self._svc.transition(record.name, JobStatus.PENDING,
@@ -529,9 +529,11 @@ class Supervisor:
         return self._executor
 
     def _payload_blobs(self, name: str) -> list[bytes]:
-        arts = self._svc.artifacts
-        return [arts.get_bytes(job_key(name, kind, fname)) for kind in ("function", "arguments")
-                for fname in ("payload.pkl", "metadata.json")]
+        blobs: list[bytes] = []
+        for kind in ("function", "arguments"):
+            payload = self._svc.get_payload(name, kind)
+            blobs += [payload.data, payload.metadata]
+        return blobs
 
     def stop_requested(self) -> bool:
         """A SIGTERM arrived that did not stop a job: a warm worker then retires."""
@@ -600,9 +602,8 @@ class Supervisor:
                        f"{sink.tail(20)}", exit_code=rc)
 
     def _upload(self, name: str, kind: str, blobs: tuple[bytes, bytes]) -> None:
-        # The pickle first, its metadata last: a reader that finds the metadata finds both.
-        self._svc.artifacts.put_bytes(job_key(name, kind, "payload.pkl"), blobs[0])
-        self._svc.artifacts.put_bytes(job_key(name, kind, "metadata.json"), blobs[1])
+        # Stored before the job's end is recorded: a reader that sees the end finds it.
+        self._svc.put_payloads(name, {kind: Payload(*blobs)})
 
 
 class _StdoutSink:

@@ -21,6 +21,7 @@ from shoal.errors import (
     PayloadIntegrityError,
     ShoalError,
 )
+from shoal.jobs._payloads import load_payload, store_payloads
 from shoal.jobs._training import ranks_of
 from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
 from shoal.serialization import Payload, deserialize, resign, serialize
@@ -208,8 +209,7 @@ class JobService:
                                 what=f"arguments of {spec.function_name!r}")
         record = self.metadata.create_job(spec, key_salt=salt, backend=self.backend.name)
         try:
-            self._put_payload(spec.name, "function", fn_payload)
-            self._put_payload(spec.name, "arguments", arg_payload)
+            self.put_payloads(spec.name, {"function": fn_payload, "arguments": arg_payload})
             if requirements is not None:
                 self.artifacts.put_bytes(job_key(spec.name, "env", "requirements.txt"),
                                          requirements)
@@ -387,15 +387,17 @@ class JobService:
                 job_key(name, "env", "requirements.txt")).decode(errors="replace"))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
+    def put_payloads(self, job: str, payloads: Mapping[str, Payload]) -> None:
+        """Store job *job*'s payloads (``{kind: Payload}``): small ones in the metadata store,
+        large ones as files (``jobs/_payloads.py``)."""
+        store_payloads(self.metadata, self.artifacts, job, payloads)
+
     def _put_payload(self, job: str, kind: str, payload: Payload) -> None:
-        # metadata.json last: a reader that finds it finds the payload too.
-        self.artifacts.put_bytes(job_key(job, kind, "payload.pkl"), payload.data)
-        self.artifacts.put_bytes(job_key(job, kind, "metadata.json"), payload.metadata)
+        self.put_payloads(job, {kind: payload})
 
     def get_payload(self, job: str, kind: str) -> Payload:
         try:
-            return Payload(self.artifacts.get_bytes(job_key(job, kind, "payload.pkl")),
-                           self.artifacts.get_bytes(job_key(job, kind, "metadata.json")))
+            return load_payload(self.metadata, self.artifacts, job, kind)
         except ArtifactNotFound:
             # A batched job's payloads live in its batch (jobs/_batchfiles.py).
             from shoal.jobs._batchfiles import batch_of, find_outcome, job_payload

@@ -1,7 +1,8 @@
 """Versioned, HMAC-signed cloudpickle envelopes: bytes in, bytes out, no I/O.
 
 A payload travels as two blobs: ``payload.pkl`` (the pickle) and ``metadata.json``
-(format version, Python version, serializer, HMAC-SHA256 of the pickle under the job's key).
+(format version, Python version, serializer, HMAC-SHA256 of the pickle under the job's key),
+stored as two files or, when small, as one row of the metadata store (``jobs/_payloads.py``).
 A payload whose HMAC does not verify is never unpickled.
 """
 

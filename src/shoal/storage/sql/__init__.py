@@ -44,6 +44,7 @@ from shoal.errors import (
 from shoal.storage.sql import _diagnose
 from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
+from shoal.storage.sql._payloads import PayloadTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
 
@@ -132,7 +133,7 @@ def upgrade_schema(url: str) -> str:
     return SCHEMA_REVISION
 
 
-class SqlMetadataStore(RunTables, EndpointTables, DeleteTables):
+class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
     """Jobs and their history, experiments, runs and metrics, endpoints in a SQL database.
 
     Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
@@ -405,7 +406,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables):
         with self._db.tx(write=True) as cur:
             for table in ("endpoint_instances", "endpoints", "metrics", "run_jobs",
                           "run_artifacts", "run_tags", "run_parameters", "runs", "experiments",
-                          "job_events", "jobs"):
+                          "job_events", "job_payloads", "jobs"):
                 cur.execute(f"DELETE FROM {table}")
 
 

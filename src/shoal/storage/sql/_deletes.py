@@ -35,8 +35,8 @@ class DeleteTables:
     _db: Any
 
     def delete_jobs(self, names: Sequence[str]) -> list[str]:
-        """Remove the named jobs that have ended: their records, status history, metrics and
-        links from runs. Jobs that have not ended are left as they are (stop them first).
+        """Remove the named jobs that have ended: their records, status history, small
+        payloads, metrics and links from runs. Jobs that have not ended are left as they are (stop them first).
         Returns the names removed."""
         names = list(dict.fromkeys(names))
         ended = [s.value for s in JobStatus if s.is_terminal]
@@ -51,6 +51,8 @@ class DeleteTables:
                     continue
                 marks = _marks(found)
                 cur.execute(sql(f"DELETE FROM job_events WHERE job_name IN ({marks})"), found)
+                # Its small payloads (revision 0005); the large ones are files under its prefix.
+                cur.execute(sql(f"DELETE FROM job_payloads WHERE job_name IN ({marks})"), found)
                 cur.execute(sql(f"DELETE FROM run_jobs WHERE job_name IN ({marks})"), found)
                 cur.execute(sql(f"DELETE FROM metrics WHERE owner IN ({marks})"),
                             [job_owner(n) for n in found])

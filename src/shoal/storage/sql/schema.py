@@ -11,11 +11,11 @@ from shoal.core.experiments import RunStatus
 from shoal.core.jobs import JobStatus
 
 __all__ = ["SCHEMA_REVISION", "endpoint_instances", "endpoints", "experiments", "job_events",
-           "jobs", "metadata", "metrics", "run_artifacts", "run_jobs", "run_parameters",
+           "job_payloads", "jobs", "metadata", "metrics", "run_artifacts", "run_jobs", "run_parameters",
            "run_tags", "runs"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 metadata = sa.MetaData()
 
@@ -58,6 +58,20 @@ job_events = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("reason", sa.Text),
     sa.Index("ix_job_events_job", "job_name"),
+)
+
+# --- small payloads (revision 0005) --------------------------------------------------------
+
+# A job's small payloads (function, arguments, results, exception), each its pickle and its
+# envelope's metadata (format, versions, HMAC-SHA256 under the job's key): what would otherwise
+# take two files and a directory each in the artifact store (jobs/_payloads.py).
+job_payloads = sa.Table(
+    "job_payloads", metadata,
+    sa.Column("job_name", sa.String(64), sa.ForeignKey("jobs.name", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("metadata", sa.LargeBinary, nullable=False),
 )
 
 # --- experiments (revision 0002) -----------------------------------------------------------
