@@ -10,11 +10,13 @@ export OMP_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check 'uv>=0.4'
+	$(BIN)/python -m pip install -q --disable-pip-version-check 'uv>=0.8'
+	@# Extras are the user's features ([all] is every one); dev and bench are PEP 735
+	@# dependency groups (uv pip install --group needs uv 0.8+).
 	@# torch through pip first: pip takes the CPU build from this machine's disk (uv would
 	@# download a multi-GB CUDA build); uv then sees it installed and keeps it.
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt torch
-	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[dev]'
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[all]' --group dev
 	@# PYTHONDONTWRITEBYTECODE is set on these machines: compile once so imports stay fast.
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	@touch $(STAMP)
@@ -32,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
-	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[all]' --group dev --group bench
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/dispatch.py
 	$(BIN)/python bench/envs.py

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shoal.errors import InvalidArgumentError, RuntimeEnvError
+from shoal.errors import InvalidArgumentError
 
 __all__ = ["ExperimentAnalytics"]
 
@@ -82,11 +82,11 @@ class ExperimentAnalytics:
         return session.metadata
 
     def _fetch(self) -> Any:
-        try:
-            import pandas as pd  # type: ignore[import-untyped]
-        except ModuleNotFoundError as e:
-            raise RuntimeEnvError("ExperimentAnalytics needs pandas; run 'pip install pandas' "
-                                  "(or 'pip install shoal[experiments]')", module="pandas") from e
+        from shoal._internal.extras import require
+
+        require("experiments", "ExperimentAnalytics", "pandas")
+        import pandas as pd  # type: ignore[import-untyped]
+
         store = self._store()
         rows = [self._row(run, store.metric_summaries(run.owner))
                 for run in store.list_runs(self._experiment)]

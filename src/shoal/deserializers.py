@@ -19,6 +19,7 @@ import io
 import json
 from typing import Any
 
+from shoal._internal.extras import needs_extra
 from shoal.errors import InvalidArgumentError
 
 __all__ = ["BaseDeserializer", "BytesDeserializer", "CSVDeserializer", "JSONDeserializer",
@@ -125,6 +126,7 @@ class NumpyDeserializer(SimpleBaseDeserializer):
         self.dtype = dtype
         self.allow_pickle = allow_pickle
 
+    @needs_extra("serve", "NumpyDeserializer")
     def deserialize(self, stream: Any, content_type: str) -> Any:
         import numpy as np
 
@@ -177,6 +179,7 @@ class PandasDeserializer(SimpleBaseDeserializer):
                  ) -> None:
         super().__init__(accept)
 
+    @needs_extra("experiments", "PandasDeserializer")
     def deserialize(self, stream: Any, content_type: str) -> Any:
         import pandas as pd
 
@@ -197,6 +200,7 @@ class TorchTensorDeserializer(SimpleBaseDeserializer):
     def __init__(self, accept: str | tuple[str, ...] = "tensor/pt") -> None:
         super().__init__(accept)
 
+    @needs_extra("torch", "TorchTensorDeserializer")
     def deserialize(self, stream: Any, content_type: str) -> Any:
         import torch
 

@@ -2,6 +2,8 @@
 
     ShoalError
     ├── ConfigError
+    │   └── MissingExtraError        a feature's optional packages are not installed (also an
+    │                                ImportError); names the extra: pip install "shoal[...]"
     ├── InvalidArgumentError (also ValueError)
     ├── NotFoundError
     │   ├── JobNotFound
@@ -70,6 +72,7 @@ __all__ = [
     "JobTimeoutError",
     "LaunchError",
     "MetadataStoreError",
+    "MissingExtraError",
     "ModelExportError",
     "ModelLoadError",
     "ModelNotFound",
@@ -117,6 +120,14 @@ def _rebuild(cls: type[ShoalError], message: str, details: dict[str, Any]) -> Sh
 class ConfigError(ShoalError):
     code = "CONFIG_ERROR"
     http_status = 400
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """A feature needs a package its extra brings: ``details`` has ``extra``, ``module`` and
+    ``feature``. Also an ``ImportError``, so code probing for an optional package still works."""
+
+    code = "MISSING_EXTRA"
+    http_status = 500
 
 
 class InvalidArgumentError(ShoalError, ValueError):

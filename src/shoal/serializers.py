@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from shoal._internal.extras import needs_extra
 from shoal.errors import InvalidArgumentError
 
 __all__ = ["BaseSerializer", "CSVSerializer", "DataSerializer", "IdentitySerializer",
@@ -131,6 +132,7 @@ class NumpySerializer(SimpleBaseSerializer):
         super().__init__(content_type)
         self.dtype = dtype
 
+    @needs_extra("serve", "NumpySerializer")
     def serialize(self, data: Any) -> bytes:
         import numpy as np
 
@@ -235,6 +237,7 @@ class SparseMatrixSerializer(SimpleBaseSerializer):
     def __init__(self, content_type: str = "application/x-npz") -> None:
         super().__init__(content_type)
 
+    @needs_extra("sklearn", "SparseMatrixSerializer")
     def serialize(self, data: Any) -> bytes:
         import scipy.sparse
 

@@ -1,31 +1,65 @@
-"""The README's Python example runs as written (LitServe's test_readme habit)."""
+"""The README's Python examples run as written (LitServe's test_readme habit), each on the
+install its first line names (``# pip install "shoal[torch,serve]"``): the wheel with those
+extras in a fresh venv (tests/installs.py), from a directory outside the checkout. Each runs
+twice in the same directory and home, so an example that cannot be re-run fails."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import shoal
+import pytest
+
+from installs import run_python, user_env, venv
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+_INSTALL = re.compile(r'# pip install (?:shoal|"shoal\[([a-z0-9_,-]+)\]")\s*$')
+
+#: What each example prints, by a phrase of its code: the proof it ran, not only exited 0.
+EXPECTED = {
+    "def divide": ("0.6666666666666666", "[0, 1, 4, 9]"),
+    "Estimator(entry_point": ("/output/model.tar.gz",),
+    "export(net": ("ok: max abs error", "(2, 10)"),
+}
 
 
-def test_readme_python_example_runs(clean_env: Path, tmp_path: Path):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "the README has no python example"
+def _blocks() -> list[tuple[str, str]]:
+    """(extras, code) per python block; a block without its install line is an error."""
+    out = []
+    for code in _BLOCK.findall(README.read_text(encoding="utf-8")):
+        first = code.splitlines()[0] if code.strip() else ""
+        found = _INSTALL.match(first)
+        assert found, f"a README python block must start with its install line " \
+                      f"('# pip install shoal' or '# pip install \"shoal[x]\"'): {first!r}"
+        out.append((found.group(1) or "", code))
+    return out
+
+
+def test_every_python_block_says_which_install_it_runs_on():
+    blocks = _blocks()
+    assert len(blocks) >= 3
+    assert {extras for extras, _ in blocks} >= {"", "torch,serve"}
+    phrases = [p for p in EXPECTED if not any(p in code for _, code in blocks)]
+    assert not phrases, f"EXPECTED names examples the README no longer has: {phrases}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(_BLOCK.findall(README.read_text()))))
+def test_readme_python_example_runs_twice_on_its_install(index: int, tmp_path: Path):
+    extras, code = _blocks()[index]
+    env_dir = venv(extras)
     script = tmp_path / "readme_example.py"
-    script.write_text("\n".join(blocks))
+    script.write_text(code)
+    env = user_env(tmp_path)
+    expected = next((v for k, v in EXPECTED.items() if k in code), ())
     try:
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path, env=dict(os.environ))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "0.6666666666666666" in proc.stdout and "[0, 1, 4, 9]" in proc.stdout
-        assert "/output/model.tar.gz" in proc.stdout
-        assert "ok: max abs error" in proc.stdout and "(2, 10)" in proc.stdout  # ONNX + endpoint
+        for attempt in (1, 2):
+            proc = run_python(env_dir, script, tmp_path, env=env, timeout=300)
+            output = proc.stdout + proc.stderr
+            assert proc.returncode == 0, f"run {attempt} on shoal[{extras}]:\n{output}"
+            for phrase in expected:
+                assert phrase in proc.stdout, f"run {attempt}: {phrase!r} not in:\n{output}"
     finally:
-        session = shoal.Session(home=str(clean_env))
-        session.backend.shutdown_launcher()
-        session.close()
+        run_python(env_dir, "import shoal; shoal.Session().backend.shutdown_launcher()",
+                   tmp_path, env=env, timeout=60)

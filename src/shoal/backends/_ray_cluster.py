@@ -39,6 +39,9 @@ def _free_port() -> int:
 
 
 def _ray_bin() -> str:
+    from shoal._internal.extras import require
+
+    require("ray", "shoal ray up", "ray")
     candidate = Path(sys.executable).with_name("ray")
     return str(candidate) if candidate.exists() else "ray"
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.extras import require
 from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
 from shoal.backends._raynode import node_env, start_supervisor
 from shoal.core.ports import RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, ExecContext, LaunchInfo
@@ -136,11 +137,9 @@ class RayBackend:
     # --- connecting -------------------------------------------------------------------
 
     def _ray(self) -> Any:
-        try:
-            import ray
-        except ModuleNotFoundError as e:
-            raise BackendUnavailableError(
-                "the ray backend needs the ray package; run \"pip install 'shoal[ray]'\"") from e
+        require("ray", "the ray backend (SHOAL_BACKEND=ray)", "ray")
+        import ray
+
         with self._lock:
             if not ray.is_initialized():
                 if self._token_file:

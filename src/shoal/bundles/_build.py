@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shoal._internal.extras import require
 from shoal.bundles import _render
 from shoal.bundles._model import (
     Parity,
@@ -88,6 +89,9 @@ class BundleRecord:
     seconds: float
 
 
+BUNDLE_MODULES = ("numpy", "onnx", "onnxruntime")
+
+
 def build_bundle(model: str | os.PathLike[str], *, target: BundleTarget | str,
                  output: str | os.PathLike[str], force: bool = False, session: Any = None,
                  **options: Any) -> BundleRecord:
@@ -106,6 +110,7 @@ def build_bundle(model: str | os.PathLike[str], *, target: BundleTarget | str,
     Example:
         >>> build_bundle("model/", target="azure-functions", output="mnist.zip")  # doctest: +SKIP
     """
+    require("bundle", "shoal bundle build", *BUNDLE_MODULES)
     started = time.monotonic()
     bundle_target = parse_target(target)
     opts = BundleOptions.of(bundle_target, **options)

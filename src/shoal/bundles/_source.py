@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shoal._internal.extras import require
 from shoal.bundles._options import (
     SUPPORTED_MODEL_TYPES,
     BundleTarget,
@@ -21,7 +22,6 @@ from shoal.errors import (
     InvalidArgumentError,
     JobNotFound,
     ModelNotFound,
-    RuntimeEnvError,
 )
 
 if TYPE_CHECKING:
@@ -185,14 +185,11 @@ def _from_sklearn(file: Path, origin: str) -> SourceModel:
 
     The file is unpickled: only build bundles from models you trust, as with any pickle.
     """
-    try:
-        import joblib
-        from skl2onnx import to_onnx
-        from skl2onnx.common.data_types import FloatTensorType
-        from sklearn.base import is_classifier
-    except ImportError as e:
-        raise RuntimeEnvError(f"bundling a scikit-learn model needs {e.name}; run "
-                              "'pip install skl2onnx scikit-learn'", module=e.name) from e
+    require("sklearn", "bundling a scikit-learn model", "joblib", "skl2onnx", "sklearn")
+    import joblib
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.base import is_classifier
     estimator = joblib.load(file)
     features = getattr(estimator, "n_features_in_", None)
     if not hasattr(estimator, "predict") or features is None:

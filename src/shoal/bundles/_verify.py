@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.bundles._build import MIN_AGREEMENT, check_size
+from shoal._internal.extras import require
+from shoal.bundles._build import BUNDLE_MODULES, MIN_AGREEMENT, check_size
 from shoal.bundles._model import Parity, compare
 from shoal.bundles._options import BundleTarget, parse_target
 from shoal.errors import InvalidArgumentError
@@ -89,6 +90,7 @@ def verify_bundle(path: str | os.PathLike[str], *, env_root: str | os.PathLike[s
         >>> verify_bundle("mnist.zip").ok  # doctest: +SKIP
         True
     """
+    require("bundle", "shoal bundle verify", *BUNDLE_MODULES)
     import numpy as np
 
     source = Path(path).expanduser().absolute()

@@ -102,15 +102,12 @@ def _global_options(
 @app.command()
 def demo() -> None:
     """Run the seed examples as real jobs and show how to find each one again."""
-    try:
+    from shoal._internal.extras import needs_extra
+
+    with needs_extra("all", "shoal demo"):  # it shows every feature
         from shoal.cli._demo import run_demo
-    except ModuleNotFoundError as e:
-        from shoal.errors import RuntimeEnvError
 
-        raise RuntimeEnvError(f"shoal demo needs {e.name}, which is not installed; run "
-                              f"'pip install {e.name}' and try again", module=e.name) from e
-
-    run_demo()
+        run_demo()
 
 
 def _report(error: BaseException) -> ExitCode:

@@ -172,8 +172,10 @@ class Model:
         return predictor
 
     def _start(self, name: str, config: EndpointConfig, wait: bool) -> None:
-        service = EndpointService(self.sagemaker_session)
         requirements = self._serving_requirements()
+        if requirements is None:  # served from this environment: it needs the server
+            _check_server_installed(self.model_data)
+        service = EndpointService(self.sagemaker_session)
         with tempfile.TemporaryDirectory(prefix="shoal-code-") as tmp:
             archive = None
             if config.code:
@@ -274,6 +276,19 @@ def check_code(entry_point: str | None,
         raise InvalidArgumentError(f"entry_point {entry_point} does not exist (looked for "
                                    f"{path})", argument="entry_point", path=str(path))
     return str(path), None
+
+
+def _check_server_installed(model_data: Any) -> None:
+    """``MissingExtraError`` naming the extra when this environment lacks the model server's
+    packages (the instance would only fail later, with a traceback in its log)."""
+    from shoal._internal.extras import LLM_SERVER_MODULES, SERVER_MODULES, require
+
+    where = Path(os.fspath(model_data)) if isinstance(model_data, str | os.PathLike) else None
+    if where is not None and (where.name == "serving.properties"
+                              or (where / "serving.properties").is_file()):
+        require("llm", "an LLM endpoint", *LLM_SERVER_MODULES)
+    else:
+        require("serve", "an endpoint", *SERVER_MODULES)
 
 
 def _check_dependencies(deps: Any) -> tuple[Path | None, Sequence[Path]]:

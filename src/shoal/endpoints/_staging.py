@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from shoal.errors import InvalidArgumentError, ServingError, ShoalError
+from shoal.errors import InvalidArgumentError, MissingExtraError, ServingError, ShoalError
 
 __all__ = ["check_model_data", "code_requirements", "is_local", "local_path", "pack_code",
            "requirements_base", "server_requirements", "serving_pythonpath", "stage_model"]
@@ -118,6 +118,9 @@ def _place_file(path: Path, target: Path, label: str) -> None:
 def _fetch_remote(uri: str, target: Path) -> None:
     import fsspec.core
 
+    from shoal._internal.extras import require_for_url
+
+    require_for_url(uri, f"model_data {uri}")
     try:
         fs, path = fsspec.core.url_to_fs(uri)
         if fs.isdir(path):
@@ -130,7 +133,7 @@ def _fetch_remote(uri: str, target: Path) -> None:
             local = Path(tmp) / Path(path).name
             fs.get(path, str(local))
             _place_file(local, target, f"model_data {uri}")
-    except ServingError:
+    except (ServingError, MissingExtraError):
         raise
     except Exception as e:  # fsspec backends raise their own types (botocore, OSError...)
         raise ServingError(f"cannot fetch model_data {uri}: {type(e).__name__}: {e}. For "

@@ -11,17 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shoal.errors import InvalidArgumentError, RuntimeEnvError
+from shoal._internal.extras import require
+from shoal.errors import InvalidArgumentError
 
 __all__ = ["confusion_matrix", "precision_recall", "roc_curve"]
 
 
 def _np() -> Any:
-    try:
-        import numpy
-    except ModuleNotFoundError as e:
-        raise RuntimeEnvError("logging a graph needs numpy; run 'pip install numpy' (or "
-                              "'pip install shoal[experiments]')", module="numpy") from e
+    require("experiments", "logging a graph", "numpy")
+    import numpy
+
     return numpy
 
 

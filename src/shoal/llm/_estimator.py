@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.extras import require
 from shoal.errors import InvalidArgumentError
 from shoal.llm._options import FineTuneOptions
 from shoal.training import Estimator
@@ -49,6 +50,8 @@ class FineTuner(Estimator):
             raise InvalidArgumentError(f"FineTuner sets {', '.join(taken)} itself (it runs "
                                        "shoal's recipe script); pass recipe options as keyword "
                                        "arguments", arguments=taken)
+        if not kwargs.get("dependencies"):  # the job runs in this environment: it needs them
+            require("llm", "FineTuner", "torch", "transformers", "peft")
         knobs = {k: kwargs.pop(k) for k in list(kwargs) if k in FineTuneOptions.names()}
         self.options = FineTuneOptions.build(options, method=method, **knobs)
         self.base_model = _check_base_model(base_model)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from shoal._internal.extras import require
 from shoal.errors import InvalidArgumentError
 from shoal.llm import _base, _data, _export
 from shoal.llm._options import DataFormat, FineTuneMethod, FineTuneOptions
@@ -98,6 +99,7 @@ def finetune(base_model: str | os.PathLike[str], train_data: str | os.PathLike[s
         ...                   method="lora", max_steps=100)
         >>> result.losses[-1]                                           # doctest: +SKIP
     """
+    require("llm", "shoal.llm.finetune", "torch", "transformers", "peft")
     opts = FineTuneOptions.build(options, **knobs)
     out = Path(output_dir).expanduser().resolve()
     started = time.monotonic()

@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from shoal._internal.extras import needs_extra
+
 __all__ = ["create_tiny_model"]
 
 _SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
+@needs_extra("llm", "shoal.llm.create_tiny_model")
 def create_tiny_model(directory: str | Path, texts: Iterable[str], *, vocab_size: int = 512,
                       hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
                       intermediate_size: int | None = None, max_positions: int = 512,

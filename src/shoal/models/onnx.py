@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.extras import install_hint, needs_extra, require
 from shoal.errors import InvalidArgumentError, ModelExportError, ModelVerificationError
 
 __all__ = ["OutputComparison", "VerificationReport", "export", "export_sklearn", "verify"]
@@ -26,6 +27,7 @@ __all__ = ["OutputComparison", "VerificationReport", "export", "export_sklearn",
 _BATCH_AXIS = "batch"
 
 
+@needs_extra("torch", "shoal.models.onnx.export")
 def export(model: Any, example_input: Any, path: str | os.PathLike[str], *,
            dynamic_batch: bool = True, opset: int | None = None,
            input_names: Sequence[str] = ("input",), output_names: Sequence[str] = ("output",),
@@ -65,6 +67,7 @@ def export(model: Any, example_input: Any, path: str | os.PathLike[str], *,
     return target
 
 
+@needs_extra("sklearn", "shoal.models.onnx.export_sklearn")
 def export_sklearn(estimator: Any, n_features: int, path: str | os.PathLike[str], *,
                    opset: int | None = None, input_name: str = "input") -> Path:
     """Export a fitted scikit-learn estimator or pipeline to ONNX through skl2onnx.
@@ -75,12 +78,8 @@ def export_sklearn(estimator: Any, n_features: int, path: str | os.PathLike[str]
     """
     if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
         raise InvalidArgumentError(f"n_features must be a positive int, got {n_features!r}")
-    try:
-        from skl2onnx import convert_sklearn
-        from skl2onnx.common.data_types import FloatTensorType
-    except ImportError as e:
-        raise ModelExportError("export_sklearn needs skl2onnx; install shoal[train] "
-                               "(or pip install skl2onnx)") from e
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
     from sklearn.base import is_classifier
 
     target = Path(path)
@@ -152,6 +151,9 @@ def verify(onnx_path: str | os.PathLike[str], reference: Any, inputs: Any, *,
         report = verify("model.onnx", net, torch.randn(8, 1, 28, 28))
         assert report.ok, report
     """
+    framework = type(reference).__module__.partition(".")[0]
+    require("sklearn" if framework == "sklearn" else "torch", "shoal.models.onnx.verify",
+            "numpy", "onnxruntime")
     import numpy as np
     import onnxruntime as ort
 
@@ -292,7 +294,7 @@ def _export_dynamo(model: Any, inputs: tuple[Any, ...], tmp: Path, names_in: lis
 
     if importlib.util.find_spec("onnxscript") is None:
         raise ModelExportError("torch's torch.export-based ONNX exporter needs onnxscript; "
-                               "install shoal[train] (or pip install onnxscript)")
+                               f"install the 'torch' extra: {install_hint('torch')}")
     shapes = None
     if dynamic_batch:
         batch = torch.export.Dim(_BATCH_AXIS)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from shoal._internal.extras import require
 from shoal.errors import ModelLoadError
 from shoal.serving import _codecs
 from shoal.serving._http import RequestError, bad_request, model_error
@@ -34,6 +35,8 @@ class Handler(abc.ABC):
     """
 
     kind: ClassVar[str]
+    #: the extra that brings what ``load`` imports, and those modules (checked before loading)
+    needs: ClassVar[tuple[str, tuple[str, ...]]] = ("serve", ())
     #: whether ``predict`` may be given several requests at once (decided by ``load``)
     batchable: bool = False
     #: request types ``decode`` understands (415 for others); None: the user's code decides
@@ -115,6 +118,7 @@ class OnnxHandler(Handler):
     """onnxruntime ``InferenceSession``; batches when every input's first axis is symbolic."""
 
     kind = "onnx"
+    needs = ("serve", ("onnxruntime", "numpy"))
 
     def load(self) -> None:
         import numpy as np
@@ -248,6 +252,7 @@ class SklearnHandler(Handler):
     answers ``estimator.predict(rows)``."""
 
     kind = "sklearn"
+    needs = ("sklearn", ("sklearn", "joblib"))
 
     def load(self) -> None:
         path = self.artifact_path()
@@ -297,6 +302,7 @@ class TorchScriptHandler(Handler):
     """A module saved with ``torch.jit.save`` (``model.pt``/``model.pth``)."""
 
     kind = "torchscript"
+    needs = ("torch", ("torch",))
 
     def load(self) -> None:
         import torch
@@ -394,4 +400,6 @@ def select_handler(model_dir: Path, options: ServerOptions) -> Handler:
             f"model.skops (scikit-learn), model.pt (TorchScript), or code/inference.py with "
             f"model_fn/predict_fn", path=str(model_dir), files=listing)
     cls, artifact = found
+    extra, modules = cls.needs
+    require(extra, f"serving {artifact.name} ({cls.kind})", *modules)
     return cls(model_dir, artifact, options)

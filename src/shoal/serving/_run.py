@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from shoal._internal.extras import SERVER_MODULES, require
 from shoal.errors import ServingError
 from shoal.serving._artifact import resolve_model
 from shoal.serving._handlers import select_handler
@@ -56,6 +57,8 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     try:
         if (resolved.path / _LLM_PROPERTIES).is_file():
             return _serve_llm(resolved.path, options, port_file)
+        # A missing extra fails here, before listening, naming it (not a traceback later).
+        require("serve", "the model server", *SERVER_MODULES)
         select_handler(resolved.path, options)  # fail before listening when there is no model
         socks = bind_workers(options.host, options.port, options.workers)
         sock = socks[0]

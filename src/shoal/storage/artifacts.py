@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from shoal._internal.extras import require_for_url
 from shoal.errors import ArtifactNotFound, ArtifactStoreError
 
 __all__ = ["FsspecArtifactStore", "job_key"]
@@ -41,6 +42,7 @@ class FsspecArtifactStore:
     def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> FsspecArtifactStore:
         import fsspec.core
 
+        require_for_url(url, f"the artifact store {url}")
         try:
             fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
         except (ImportError, ValueError) as e:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.extras import require_for_url
 from shoal.errors import ArtifactNotFound, ArtifactStoreError, InvalidArgumentError
 from shoal.storage.artifacts import FsspecArtifactStore
 
@@ -31,6 +32,7 @@ def join(root: str, *parts: str) -> str:
 def _fs(url: str) -> tuple[Any, str]:
     import fsspec.core
 
+    require_for_url(url, f"reading {url}")
     try:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as e:

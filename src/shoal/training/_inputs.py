@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal._internal.extras import require_for_url
 from shoal.core.inert import given
 from shoal.errors import InvalidArgumentError
 
@@ -111,6 +112,7 @@ def resolve_channels(inputs: Any, input_mode: str = "File") -> dict[str, dict[st
 def _check_exists(name: str, uri: str) -> None:
     import fsspec.core
 
+    require_for_url(uri, f"channel {name!r} ({uri})")
     try:
         fs, path = fsspec.core.url_to_fs(uri)
         fs.invalidate_cache(path)

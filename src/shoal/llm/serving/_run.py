@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from shoal._internal.extras import LLM_SERVER_MODULES, require
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._properties import find_properties, load_serving_options
 from shoal.serving._options import ServerOptions
@@ -44,10 +45,14 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     if properties is None:
         raise ModelLoadError(f"{model} holds no serving.properties", path=os.fspath(model))
     llm = load_serving_options(properties, djl_environ())
+    # A missing extra fails here, before the port is bound, naming it.
+    require("llm", "the LLM server", *LLM_SERVER_MODULES)
     if llm.entry_point:
         from shoal.llm.serving._custom import check_entry_point
 
         check_entry_point(llm)  # a missing or handler-less file fails before the port is bound
+    else:
+        require("llm", "the LLM server's engine", "torch", "transformers")
     if options.workers > 1:
         log.warning("an LLM is served by one process (its engine batches requests); ignoring "
                     "workers=%d", options.workers)

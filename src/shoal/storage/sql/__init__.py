@@ -21,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from shoal._internal.extras import needs_extra
 from shoal.core.clock import Clock, SystemClock
 from shoal.core.jobs import (
     TRANSITIONS,
@@ -108,6 +109,9 @@ def _make_engine(url: str) -> Engine:
         return engine
     if parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if parsed.get_backend_name() == "postgresql":
+        with needs_extra("postgres", "a PostgreSQL metadata store"):
+            return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=-1)
     return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=-1)
 
 
