@@ -21,7 +21,8 @@ import pytest
 from helpers import wait_until
 from installs import run_python, user_env, venv
 
-pytestmark = pytest.mark.slow
+# Each test may build its venv first (seconds from a warm uv cache, minutes from a cold one).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:
@@ -70,7 +71,7 @@ def export_sklearn():
 def deploy():
     Path("model").mkdir(exist_ok=True)
     Path("model/model.onnx").write_bytes(b"onnx")
-    shoal.Model("model").deploy()
+    shoal.Model(model_data="model").deploy()
 
 def analytics():
     from shoal.analytics import ExperimentAnalytics

@@ -45,6 +45,7 @@ def test_every_python_block_says_which_install_it_runs_on():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # may build its venv first; the ONNX example deploys twice
 @pytest.mark.parametrize("index", range(len(_BLOCK.findall(README.read_text()))))
 def test_readme_python_example_runs_twice_on_its_install(index: int, tmp_path: Path):
     extras, code = _blocks()[index]

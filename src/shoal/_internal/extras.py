@@ -24,9 +24,10 @@ __all__ = ["DISTRIBUTIONS", "LLM_SERVER_MODULES", "SERVER_MODULES", "install_hin
            "needs_extra", "require", "require_for_url"]
 
 #: What every model server imports, whatever the model (the ``serve`` extra brings them).
-SERVER_MODULES = ("uvicorn", "numpy", "prometheus_client")
+SERVER_MODULES = ("uvicorn", "httptools", "numpy", "prometheus_client")
 #: What the LLM server imports before it loads a model (the ``llm`` extra brings them).
-LLM_SERVER_MODULES = ("uvicorn", "prometheus_client")
+#: (httptools: the servers' guarded HTTP protocol, serving/_guard.py)
+LLM_SERVER_MODULES = ("uvicorn", "httptools", "prometheus_client")
 
 #: import name -> distribution name, where they differ (for the message).
 DISTRIBUTIONS = {

@@ -25,7 +25,7 @@ import logging
 import resource
 from typing import Any
 
-from shoal.errors import ServingError
+from shoal._internal.extras import require
 
 __all__ = ["fit_fd_limit", "guarded_protocol"]
 
@@ -61,11 +61,10 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
                      open_paths: frozenset[str]) -> type[asyncio.Protocol]:
     """An ``HttpToolsProtocol`` class for one server (``uvicorn.Config(http=...)``) that
     enforces *read_timeout_s* and *max_connections*, letting *open_paths* through past it."""
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError as e:  # httptools comes with the serve extra, as uvicorn does
-        raise ServingError(f"the model server needs httptools ({e}); install shoal[serve]") \
-            from e
+    # httptools comes with the serve and llm extras, as uvicorn does (checked before listening)
+    require("serve", "the model server's HTTP protocol", "httptools")
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
     raw_open = frozenset(p.encode() for p in open_paths)
     at_capacity = _at_capacity(max_connections)
     timed_out = _timed_out(read_timeout_s)
