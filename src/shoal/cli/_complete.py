@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import click
+import typer
 
 __all__ = ["complete_endpoint", "complete_experiment", "complete_job", "complete_run"]
 
@@ -20,7 +20,7 @@ _LIMIT = 200
 
 
 @contextlib.contextmanager
-def _store(ctx: click.Context) -> Iterator[Any]:
+def _store(ctx: typer.Context) -> Iterator[Any]:
     from shoal.config import Settings
     from shoal.storage.sql import SqlMetadataStore
 
@@ -34,9 +34,9 @@ def _store(ctx: click.Context) -> Iterator[Any]:
         store.close()
 
 
-def _silent(names: Callable[[Any, click.Context, str], list[str]]
-            ) -> Callable[[click.Context, list[str], str], list[str]]:
-    def complete(ctx: click.Context, args: list[str], incomplete: str) -> list[str]:
+def _silent(names: Callable[[Any, typer.Context, str], list[str]]
+            ) -> Callable[[typer.Context, list[str], str], list[str]]:
+    def complete(ctx: typer.Context, args: list[str], incomplete: str) -> list[str]:
         try:
             with _store(ctx) as store:
                 return [n for n in names(store, ctx, incomplete) if n.startswith(incomplete)]
@@ -48,7 +48,7 @@ def _silent(names: Callable[[Any, click.Context, str], list[str]]
 
 
 @_silent
-def complete_job(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
+def complete_job(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
     from shoal.core.ports import JobQuery
 
     return [r.name for r in store.list_jobs(JobQuery(name_prefix=incomplete or None,
@@ -56,12 +56,12 @@ def complete_job(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
 
 
 @_silent
-def complete_experiment(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
+def complete_experiment(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
     return [e.name for e in store.list_experiments()][:_LIMIT]
 
 
 @_silent
-def complete_run(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
+def complete_run(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
     experiment = ctx.params.get("experiment")
     names = [experiment] if experiment else [e.name for e in store.list_experiments()]
     runs = [r.run_name for name in names for r in store.list_runs(name)]
@@ -69,5 +69,5 @@ def complete_run(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
 
 
 @_silent
-def complete_endpoint(store: Any, ctx: click.Context, incomplete: str) -> list[str]:
+def complete_endpoint(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
     return [e.name for e in store.list_endpoints()][:_LIMIT]
