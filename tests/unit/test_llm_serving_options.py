@@ -10,7 +10,7 @@ import pytest
 
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._engine import _find_stop, _safe_end
-from shoal.llm.serving._params import from_lmi, from_openai
+from shoal.llm.serving._params import ParamError, from_lmi, from_openai, openai_request
 from shoal.llm.serving._properties import (
     Engine,
     Quantize,
@@ -106,10 +106,24 @@ def test_openai_fields():
                     default_max_tokens=16)
     assert (p.max_new_tokens, p.do_sample, p.stop) == (3, False, ("\n",))
     assert from_openai({}, default_max_tokens=16).do_sample is True  # OpenAI's temperature 1
-    with pytest.raises(RequestError, match="n=2"):
-        from_openai({"n": 2}, default_max_tokens=16)
-    with pytest.raises(RequestError, match="wat"):
-        from_openai({"wat": 1}, default_max_tokens=16)
+    request = openai_request({"n": 3, "logprobs": 2, "seed": 5, "presence_penalty": 0.5,
+                              "logit_bias": {"7": -100}}, chat=False, default_max_tokens=16)
+    assert (request.n, request.logprobs, request.params.top_logprobs) == (3, 2, 2)
+    assert request.params.logit_bias == ((7, -100.0),) and not request.params.plain_greedy
+    chat = openai_request({"logprobs": True, "top_logprobs": 4, "temperature": 0}, chat=True,
+                          default_max_tokens=16)
+    assert (chat.logprobs, chat.params.top_logprobs, chat.params.plain_greedy) == (4, 4, True)
+    for body, chat_route, param in (({"wat": 1}, False, "wat"), ({"n": 0}, False, "n"),
+                                    ({"top_logprobs": 2}, True, "top_logprobs"),
+                                    ({"logprobs": 21}, False, "logprobs"),
+                                    ({"logit_bias": {"x": 1}}, False, "logit_bias"),
+                                    ({"logit_bias": {"1": 101}}, False, "logit_bias"),
+                                    ({"presence_penalty": 3}, False, "presence_penalty"),
+                                    ({"suffix": "x"}, False, "suffix"),
+                                    ({"echo": True, "logprobs": 1}, False, "echo")):
+        with pytest.raises(ParamError) as info:
+            openai_request(body, chat=chat_route, default_max_tokens=16)
+        assert info.value.param == param, body
 
 
 def test_streamed_text_holds_back_partial_characters_and_stop_prefixes():
