@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.errors import ModelLoadError
+from shoal.errors import ConfigError, ModelLoadError
 from shoal.llm.serving._engine import _find_stop, _safe_end
 from shoal.llm.serving._params import ParamError, from_lmi, from_openai, openai_request
 from shoal.llm.serving._properties import (
@@ -132,3 +132,19 @@ def test_streamed_text_holds_back_partial_characters_and_stop_prefixes():
     assert _safe_end("abc", ("x",)) == 3
     assert _find_stop("one. two. three", ("wo.", ". t"), 0) == 3
     assert _find_stop("abc", ("z",), 0) is None
+
+
+def test_served_model_names_come_from_the_flag_or_the_model():
+    from shoal.llm.serving._openai import default_model_name
+    from shoal.serving import ServerOptions
+    from shoal.serving.__main__ import _parser
+
+    args = _parser().parse_args(["--model", "m", "--served-model-name", "a", "b/c"])
+    assert args.served_model_name == ["a", "b/c"]
+    assert ServerOptions(served_model_name=("a",)).served_model_name == ("a",)
+    with pytest.raises(ConfigError, match="served_model_name"):
+        ServerOptions(served_model_name=("",))
+    assert default_model_name("meta-llama/Llama-2-7b-hf", "model") == "meta-llama/Llama-2-7b-hf"
+    assert default_model_name("s3://bucket/llama-7b/", "model") == "llama-7b"
+    assert default_model_name("/opt/ml/model", "x") == "model"
+    assert default_model_name(None, "tiny") == "tiny"

@@ -249,6 +249,7 @@ class TransformersEngine:
                 self._retire([g.cancelled for g in self._active])
             if new:
                 self._prefill(new)
+                self._step_done()  # first tokens go out now, not after the decode step too
             if self._active:
                 self._decode()
         except Exception as e:  # a bug or an OOM: fail the batch, keep serving
