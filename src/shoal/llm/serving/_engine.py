@@ -2,8 +2,8 @@
 batching on one thread.
 
 The live batch is one left-padded KV cache with its attention mask. Each iteration admits
-waiting requests (prefilled together, then their caches are left-padded to the batch's length
-and concatenated), runs one decode step for every live sequence, and drops the sequences that
+waiting requests (prefilled in groups of similar length, each group's first tokens handed on
+at once; then their caches are left-padded to the batch's length and concatenated), runs one decode step for every live sequence, and drops the sequences that
 finished or whose client went away (rows removed, then leading columns no row uses trimmed),
 so memory follows the live batch. Position ids are each row's own count of real tokens, and
 padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
@@ -91,6 +91,8 @@ _ids = itertools.count(1)
 
 #: Mask columns allocated ahead of the live batch (a decode step fills one).
 _MASK_HEADROOM = 64
+#: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
+_PREFILL_TOKENS = 96
 
 
 class Generation:
@@ -247,8 +249,8 @@ class TransformersEngine:
                     if g.cancelled:
                         self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._retire([g.cancelled for g in self._active])
-            if new:
-                self._prefill(new)
+            for group in _prefill_groups(new):
+                self._prefill(group)
                 self._step_done()  # first tokens go out now, not after the decode step too
             if self._active:
                 self._decode()
@@ -438,6 +440,23 @@ class TransformersEngine:
 
     def _grow(self) -> None:
         self._set_mask(self._mask)
+
+
+def _prefill_groups(new: list[Generation]) -> list[list[Generation]]:
+    """*new* by prompt length, cut into groups of at most ``_PREFILL_TOKENS`` padded tokens
+    (one prompt at least): less padding, and the first tokens of a burst go out group by
+    group instead of after one long prefill of all (the prefill's cost grows with its tokens;
+    each group costs one more forward call, small beside it)."""
+    groups: list[list[Generation]] = []
+    group: list[Generation] = []
+    for g in sorted(new, key=lambda g: len(g.prompt_ids)):
+        if group and (len(group) + 1) * len(g.prompt_ids) > _PREFILL_TOKENS:
+            groups.append(group)
+            group = []
+        group.append(g)
+    if group:
+        groups.append(group)
+    return groups
 
 
 def detokenize(decode: Callable[[list[int]], str], ids: list[int], prefix_offset: int,
