@@ -148,3 +148,35 @@ def test_served_model_names_come_from_the_flag_or_the_model():
     assert default_model_name("s3://bucket/llama-7b/", "model") == "llama-7b"
     assert default_model_name("/opt/ml/model", "x") == "model"
     assert default_model_name(None, "tiny") == "tiny"
+
+
+def test_shoal_serve_hands_every_served_name_to_the_server(monkeypatch):
+    """``shoal serve`` (generated from the server's flags) repeats --served-model-name per
+    name and hands them to ``python -m shoal.serving`` as one flag with several values."""
+    import os
+
+    import typer
+    from typer.testing import CliRunner
+
+    from shoal.cli._endpoints import register_serve
+    from shoal.serving.__main__ import _parser
+
+    app = typer.Typer()  # shoal serve alone: the full CLI's callback configures logging
+    register_serve(app)
+    app.command("other")(lambda: None)  # two commands: 'serve' stays a subcommand
+
+    seen: dict[str, list[str]] = {}
+
+    def execve(executable: str, argv: list[str], env: dict[str, str]) -> None:
+        seen["argv"] = argv
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", execve)
+    result = CliRunner().invoke(app, ["serve", "model/", "--served-model-name", "tiny",
+                                      "--served-model-name", "org/tiny"])
+    assert result.exit_code == 0, result.output
+    argv = seen["argv"]
+    at = argv.index("--served-model-name")
+    assert argv[at:at + 3] == ["--served-model-name", "tiny", "org/tiny"]
+    args = _parser().parse_args(argv[argv.index("--model"):])
+    assert args.served_model_name == ["tiny", "org/tiny"]
