@@ -2,7 +2,7 @@
 vs one static batched ``generate()`` (the ceiling), on a tiny random-init Llama on CPU.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/llm_serving.py [--clients 16] [--new-tokens 64]
-        [--hidden 128] [--layers 2] [--rounds 3] [--client raw|httpx]
+        [--hidden 128] [--layers 2] [--rounds 5] [--client raw|httpx]
 
 The default model is a tiny Llama (hidden 128, 2 layers, 4 heads, vocabulary 1000; --hidden
 and --layers change it; see docs/performance.md for other sizes). The server is
@@ -12,10 +12,16 @@ time to each request's first token is measured where a client sees it. The defau
 lean one on asyncio streams that still does a real client's work (HTTP/1.1, chunked decoding,
 SSE framing, JSON of every event); ``--client httpx`` uses httpx.
 
-Reported: total tokens/s of N concurrent requests of M new tokens, against the same N prompts
-served one after another with ``generate()`` and all at once with one left-padded batched
-``generate()``, best and median of the rounds; TTFT p50/p99; and a request sent while a batch
-of N decodes: its TTFT and whether its first token arrived before the batch finished.
+Reported: total tokens/s of N concurrent requests of up to M new tokens, against the same N
+prompts served one after another with ``generate()`` and all at once with one left-padded
+batched ``generate()``; neither side forces a length (a sequence ends at EOS as in
+``generate()``; greedy, so both generate the same tokens, and the bench prints both totals).
+Each round runs the three (sequential, static batch, server) in a rotating order, and the
+medians of the rounds are compared. TTFT p50/p99 of the N concurrent requests against the
+median TTFT of a request sent alone (five per round); a request sent while a batch of N
+decodes: its TTFT and whether its first token arrived before the batch finished. The CPU
+model and the load average are printed with the figures. Files go under
+``$SHOAL_HOME/bench`` (or ``~/.cache/shoal-bench``) and are removed; the server is stopped.
 """
 
 from __future__ import annotations
@@ -64,7 +70,11 @@ def build(directory: Path, hidden: int = 256, layers: int = 4) -> Path:
 
 
 class Baselines:
-    """transformers' ``generate()`` on the same weights and prompts, in this process."""
+    """transformers' ``generate()`` on the same weights and prompts, in this process.
+
+    Nothing forces a length: like the server, a sequence ends at EOS or at ``new_tokens``,
+    and the tokens counted are those each sequence really generated (greedy, so the server
+    generates the same ones: the bench checks the totals agree)."""
 
     def __init__(self, directory: Path, prompts: list[str], new_tokens: int) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,28 +83,40 @@ class Baselines:
         self.model = AutoModelForCausalLM.from_pretrained(directory).eval()
         self.model.generation_config.max_length = None
         self.prompts = prompts
-        self.total = len(prompts) * new_tokens
-        self.kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens,
-                   "do_sample": False, "pad_token_id": self.tok.pad_token_id}
+        self.new_tokens = new_tokens
+        self.eos = self.model.generation_config.eos_token_id
+        self.kw = {"max_new_tokens": new_tokens, "do_sample": False,
+                   "pad_token_id": self.tok.pad_token_id}
         self._run([prompts[0]])  # warm-up
+        self.total = sum(self._run([p])[1] for p in prompts)
 
-    def _run(self, prompts: list[str]) -> float:
+    def _run(self, prompts: list[str]) -> tuple[float, int]:
+        """Seconds of one (left-padded) generate() of *prompts*, and the tokens generated."""
         import torch
 
         self.tok.padding_side = "left"
         batch = self.tok(prompts, return_tensors="pt", padding=True)
         started = time.perf_counter()
         with torch.no_grad():
-            self.model.generate(**batch, **self.kw)
-        return time.perf_counter() - started
+            out = self.model.generate(**batch, **self.kw)
+        seconds = time.perf_counter() - started
+        return seconds, sum(self._length(row) for row in out[:, batch["input_ids"].shape[1]:])
+
+    def _length(self, row: Any) -> int:
+        """Tokens up to and including the first EOS (the rest is padding)."""
+        eos = {self.eos} if isinstance(self.eos, int) else set(self.eos or ())
+        ids = row.tolist()
+        return next((i + 1 for i, t in enumerate(ids) if t in eos), len(ids))
 
     def sequential(self) -> float:
         """tokens/s serving the prompts one after another."""
-        return self.total / sum(self._run([p]) for p in self.prompts)
+        return self.total / sum(self._run([p])[0] for p in self.prompts)
 
     def static_batch(self) -> float:
         """tokens/s of one left-padded batched generate() of all the prompts (the ceiling)."""
-        return self.total / self._run(self.prompts)
+        seconds, tokens = self._run(self.prompts)
+        assert tokens == self.total, (tokens, self.total)
+        return self.total / seconds
 
 
 async def _one_httpx(client, prompt: str, new_tokens: int) -> dict[str, float]:
@@ -163,8 +185,10 @@ class RawClient:
         return {"sent": sent, "first": first or done, "done": done, "tokens": tokens}
 
 
-async def concurrent(url: str, prompts: list[str], new_tokens: int, client_kind: str = "raw"
-                     ) -> dict[str, object]:
+async def concurrent(url: str, prompts: list[str], new_tokens: int, client_kind: str = "raw",
+                     lone: int = 5) -> dict[str, object]:
+    """One round against the server: *lone* requests one at a time (the TTFT of a request
+    alone), the N prompts at once, then the N again with a late request joining."""
     import httpx
 
     limits = httpx.Limits(max_connections=len(prompts) + 4)
@@ -175,6 +199,7 @@ async def concurrent(url: str, prompts: list[str], new_tokens: int, client_kind:
         else:
             one = RawClient(url).one
         await one(prompts[0], 4)  # warm-up
+        alone = [await one(prompts[i % len(prompts)], new_tokens) for i in range(lone)]
         started = time.perf_counter()
         results = await asyncio.gather(*(one(p, new_tokens) for p in prompts))
         wall = time.perf_counter() - started
@@ -189,9 +214,31 @@ async def concurrent(url: str, prompts: list[str], new_tokens: int, client_kind:
     return {"tps": total / wall, "wall_s": wall, "tokens": total,
             "ttft_p50_s": statistics.median(ttft),
             "ttft_p99_s": ttft[min(len(ttft) - 1, round(0.99 * (len(ttft) - 1)))],
+            "lone_ttft_s": statistics.median(r["first"] - r["sent"] for r in alone),
             "late_ttft_s": late["first"] - late["sent"],
             "late_first_token_before_batch_end": late["first"] < batch_end,
             "late_first_token_to_batch_end_s": batch_end - late["first"]}
+
+
+def cpu_model() -> str:
+    """``lscpu``'s model name (the figures depend on it)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown CPU"
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def scratch() -> Path:
+    """Where the bench writes: ``$SHOAL_HOME/bench`` when SHOAL_HOME is set, else under
+    ``~/.cache`` (where a user's SHOAL_HOME lives; see bench/dispatch.py)."""
+    home = os.environ.get("SHOAL_HOME")
+    path = Path(home) / "bench" if home else Path.home() / ".cache" / "shoal-bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -218,6 +265,14 @@ def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("the server did not answer /ping within 120 s")
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _fmt(values: list[float], scale: float = 1.0) -> str:
+    return ", ".join(f"{scale * v:.0f}" for v in values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=16)
@@ -227,54 +282,61 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
                         help="the streaming client: lean asyncio streams (default) or httpx")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="alternate the static batch and the server this many times and "
-                             "keep the best of each (the machine is shared and noisy)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of (sequential generate(), static batch, server), "
+                             "interleaved with the order rotating; medians are compared (the "
+                             "machine is shared and noisy)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    with tempfile.TemporaryDirectory(prefix="shoal-bench-llm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="llm-serving-", dir=scratch()) as tmp:
         directory = build(Path(tmp) / "model", args.hidden, args.layers)
         prompts = _prompts(args.clients)
         base = Baselines(directory, prompts, args.new_tokens)
-        sequential = base.sequential()
         proc, url = serve(directory)
+        sequential: list[float] = []
         static: list[float] = []
         runs: list[dict[str, object]] = []
+        steps = [lambda: sequential.append(base.sequential()),
+                 lambda: static.append(base.static_batch()),
+                 lambda: runs.append(asyncio.run(concurrent(url, prompts, args.new_tokens,
+                                                            args.client)))]
         try:
-            for _ in range(args.rounds):
-                static.append(base.static_batch())
-                runs.append(asyncio.run(concurrent(url, prompts, args.new_tokens,
-                                                   args.client)))
+            for r in range(args.rounds):
+                for k in range(len(steps)):
+                    steps[(r + k) % len(steps)]()
         finally:
             proc.terminate()
             proc.wait(30)
-    ceiling = max(static)
-    served = max(runs, key=lambda r: float(r["tps"]))  # type: ignore[arg-type]
-    tps = float(served["tps"])  # type: ignore[arg-type]
-    tps_median = statistics.median(float(r["tps"]) for r in runs)  # type: ignore[arg-type]
-    static_median = statistics.median(static)
-    print(f"{args.clients} requests x {args.new_tokens} new tokens, tiny Llama hidden "
-          f"{args.hidden}, {args.layers} layers, torch threads {torch.get_num_threads()}, "
-          f"{args.client} client, {args.rounds} alternating rounds (best; median)")
-    print(f"  generate() one after another : {sequential:8.1f} tokens/s")
-    print(f"  one static batched generate(): {ceiling:8.1f} tokens/s; median "
-          f"{static_median:.0f} (ceiling; rounds: {', '.join(f'{x:.0f}' for x in static)})")
-    rounds = ", ".join(f"{float(r['tps']):.0f}" for r in runs)  # type: ignore[arg-type]
-    print(f"  shoal LLM server, concurrent : {tps:8.1f} tokens/s; median {tps_median:.0f} "
-          f"(rounds: {rounds}; {served['tokens']} tokens)")
-    print(f"    vs sequential: {tps / sequential:.2f}x; median {tps_median / sequential:.2f}x "
-          f"(target >= 5x)")
-    print(f"    vs static batch: {100 * tps / ceiling:.0f}% (best/best); median "
-          f"{100 * tps_median / static_median:.0f}% (median/median) (target >= 80%)")
-    print(f"    TTFT p50 {1000 * float(served['ttft_p50_s']):.0f} ms, "  # type: ignore[arg-type]
-          f"p99 {1000 * float(served['ttft_p99_s']):.0f} ms")  # type: ignore[arg-type]
-    print(f"  a request sent while {args.clients} decode: TTFT "
-          f"{1000 * float(served['late_ttft_s']):.0f} ms; "  # type: ignore[arg-type]
-          f"first token before the batch finished: "
-          f"{served['late_first_token_before_batch_end']} "
-          f"({float(served['late_first_token_to_batch_end_s']):.2f} s before its end)")  # type: ignore[arg-type]
+    tps = [float(r["tps"]) for r in runs]  # type: ignore[arg-type]
+    ttft = [float(r["ttft_p50_s"]) for r in runs]  # type: ignore[arg-type]
+    lone = [float(r["lone_ttft_s"]) for r in runs]  # type: ignore[arg-type]
+    seq, ceiling, served = _median(sequential), _median(static), _median(tps)
+    print(f"{args.clients} requests x {args.new_tokens} new tokens (EOS may end one earlier, "
+          f"as in generate()), tiny Llama hidden {args.hidden}, {args.layers} layers, torch "
+          f"threads {torch.get_num_threads()}, {args.client} client, CPU {cpu_model()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+          f"{args.rounds} interleaved rounds, medians")
+    tokens = {int(r["tokens"]) for r in runs}  # type: ignore[call-overload]
+    print(f"  tokens per round: generate() {base.total}, server {sorted(tokens)}"
+          f"{'' if tokens == {base.total} else '  (MISMATCH)'}")
+    print(f"  generate() one after another : {seq:8.1f} tokens/s (rounds: {_fmt(sequential)})")
+    print(f"  one static batched generate(): {ceiling:8.1f} tokens/s (rounds: {_fmt(static)})")
+    print(f"  shoal LLM server, concurrent : {served:8.1f} tokens/s (rounds: {_fmt(tps)})")
+    print(f"    vs sequential: {served / seq:.2f}x (target >= 5x)")
+    print(f"    vs static batch: {100 * served / ceiling:.0f}% (target >= 100%; per round: "
+          f"{', '.join(f'{100 * a / b:.0f}%' for a, b in zip(tps, static, strict=True))})")
+    print(f"    TTFT p50 with {args.clients} concurrent: {1000 * _median(ttft):.0f} ms "
+          f"(rounds: {_fmt(ttft, 1000)}); a lone request: {1000 * _median(lone):.0f} ms "
+          f"(rounds: {_fmt(lone, 1000)}); ratio {_median(ttft) / _median(lone):.2f} "
+          f"(target <= 2)")
+    p99 = [float(r["ttft_p99_s"]) for r in runs]  # type: ignore[arg-type]
+    late = [float(r["late_ttft_s"]) for r in runs]  # type: ignore[arg-type]
+    before = all(bool(r["late_first_token_before_batch_end"]) for r in runs)
+    print(f"    TTFT p99 {1000 * _median(p99):.0f} ms; a request sent while {args.clients} "
+          f"decode: TTFT {1000 * _median(late):.0f} ms, first token before the batch "
+          f"finished in every round: {before}")
 
 
 if __name__ == "__main__":

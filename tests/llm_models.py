@@ -28,13 +28,14 @@ MAX_POSITIONS = 128
 
 
 def make_tiny_llm(directory: Path, *, max_positions: int = MAX_POSITIONS,
+                  chat_template: str = CHAT_TEMPLATE,
                   **properties: object) -> Path:
     """The model and tokenizer, and a serving.properties with *properties* (``option.``
     keys given with dots replaced: ``option_dtype="fp32"``)."""
     from shoal.llm import create_tiny_model, write_serving_properties
 
     create_tiny_model(directory, TEXTS * 3, vocab_size=400, hidden_size=64, num_layers=2,
-                      max_positions=max_positions, chat_template=CHAT_TEMPLATE)
+                      max_positions=max_positions, chat_template=chat_template)
     props: dict[str, object] = {"engine": "Python", "option.dtype": "fp32"}
     props.update({k.replace("option_", "option.", 1): v for k, v in properties.items()})
     write_serving_properties(directory, props)
@@ -107,3 +108,38 @@ def running(model_dir: Path, tmp_path: Path, env: dict[str, str] | None = None
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     assert proc.returncode == 0, log.read_text()
+
+
+class ThreadServer:
+    """*app* (an ASGI app with a model to load) under uvicorn on 127.0.0.1, port 0, on a
+    thread; entering waits until ``/ping`` answers 200."""
+
+    def __init__(self, app: Any) -> None:
+        import threading
+
+        import uvicorn
+
+        from shoal.serving._run import bind
+
+        self.app = app
+        self.sock = bind("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_config=None,
+                                                    access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+
+    def __enter__(self) -> ThreadServer:
+        import httpx
+
+        from helpers import wait_until
+
+        self.thread.start()
+        wait_until(lambda: httpx.get(self.url + "/ping").status_code == 200, 60,
+                   what="the LLM server to load")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()

@@ -344,13 +344,15 @@ def test_json_too_deep_for_a_script_without_input_fn_is_a_400(onnx_dir: Path, tm
 
 @pytest.fixture(scope="module")
 def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``shoal serve LLM_DIR`` with a key (from SHOAL_API_KEY) and a 2 s read timeout."""
+    """``shoal serve LLM_DIR`` with a key (from SHOAL_API_KEY), a 2 s read timeout, served as
+    ``tiny`` (OpenAI's ``model``)."""
     pytest.importorskip("transformers")
     from llm_models import make_tiny_llm
 
     root = tmp_path_factory.mktemp("hostile-llm")
     model = make_tiny_llm(root / "model")
     proc, url = shoal_serve(model, root / "serve.log", "--read-timeout-s", "2",
+                            "--served-model-name", "tiny",
                             env={"SHOAL_API_KEY": KEY, "HF_HUB_OFFLINE": "1"})
     try:
         wait_until(lambda: httpx.get(f"{url}/ping", timeout=5).status_code == 200, 120,
@@ -390,6 +392,7 @@ def test_the_openai_client_with_the_api_key(llm_server: str) -> None:
     chat = good.chat.completions.create(model="tiny", max_tokens=2, messages=[
         {"role": "user", "content": "A reef"}])
     assert chat.choices[0].message.role == "assistant"
+    assert [m.id for m in good.models.list().data] == ["tiny"]  # --served-model-name
     bad = openai.OpenAI(base_url=f"{llm_server}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()

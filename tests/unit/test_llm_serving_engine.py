@@ -252,3 +252,18 @@ def test_vllm_is_imported_only_when_the_model_loads():
 
     assert "vllm" not in sys.modules
     assert Path(shoal.llm.serving._vllm.__file__).name == "_vllm.py"
+
+
+def test_a_burst_is_prefilled_in_groups_by_prompt_length():
+    from shoal.llm.serving._engine import _PREFILL_TOKENS, Generation, _prefill_groups
+
+    lengths = [20, 3, 18, 5, 19, 4, 30, 2, 200]
+    new = [Generation([1] * n, GenerationParams(), lambda e: None) for n in lengths]
+    groups = _prefill_groups(new)
+    assert sorted(g.id for group in groups for g in group) == sorted(g.id for g in new)
+    flat = [len(g.prompt_ids) for group in groups for g in group]
+    assert flat == sorted(lengths)  # shortest first: less padding, first tokens out sooner
+    for group in groups:  # within the budget of padded tokens, or one long prompt alone
+        longest = max(len(g.prompt_ids) for g in group)
+        assert len(group) * longest <= _PREFILL_TOKENS or len(group) == 1
+    assert len(groups) > 1 and [len(g.prompt_ids) for g in groups[-1]] == [200]

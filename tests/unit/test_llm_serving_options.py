@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shoal.errors import ModelLoadError
+from shoal.errors import ConfigError, ModelLoadError
 from shoal.llm.serving._engine import _find_stop, _safe_end
-from shoal.llm.serving._params import from_lmi, from_openai
+from shoal.llm.serving._params import ParamError, from_lmi, from_openai, openai_request
 from shoal.llm.serving._properties import (
     Engine,
     Quantize,
@@ -106,10 +106,24 @@ def test_openai_fields():
                     default_max_tokens=16)
     assert (p.max_new_tokens, p.do_sample, p.stop) == (3, False, ("\n",))
     assert from_openai({}, default_max_tokens=16).do_sample is True  # OpenAI's temperature 1
-    with pytest.raises(RequestError, match="n=2"):
-        from_openai({"n": 2}, default_max_tokens=16)
-    with pytest.raises(RequestError, match="wat"):
-        from_openai({"wat": 1}, default_max_tokens=16)
+    request = openai_request({"n": 3, "logprobs": 2, "seed": 5, "presence_penalty": 0.5,
+                              "logit_bias": {"7": -100}}, chat=False, default_max_tokens=16)
+    assert (request.n, request.logprobs, request.params.top_logprobs) == (3, 2, 2)
+    assert request.params.logit_bias == ((7, -100.0),) and not request.params.plain_greedy
+    chat = openai_request({"logprobs": True, "top_logprobs": 4, "temperature": 0}, chat=True,
+                          default_max_tokens=16)
+    assert (chat.logprobs, chat.params.top_logprobs, chat.params.plain_greedy) == (4, 4, True)
+    for body, chat_route, param in (({"wat": 1}, False, "wat"), ({"n": 0}, False, "n"),
+                                    ({"top_logprobs": 2}, True, "top_logprobs"),
+                                    ({"logprobs": 21}, False, "logprobs"),
+                                    ({"logit_bias": {"x": 1}}, False, "logit_bias"),
+                                    ({"logit_bias": {"1": 101}}, False, "logit_bias"),
+                                    ({"presence_penalty": 3}, False, "presence_penalty"),
+                                    ({"suffix": "x"}, False, "suffix"),
+                                    ({"echo": True, "logprobs": 1}, False, "echo")):
+        with pytest.raises(ParamError) as info:
+            openai_request(body, chat=chat_route, default_max_tokens=16)
+        assert info.value.param == param, body
 
 
 def test_streamed_text_holds_back_partial_characters_and_stop_prefixes():
@@ -118,3 +132,51 @@ def test_streamed_text_holds_back_partial_characters_and_stop_prefixes():
     assert _safe_end("abc", ("x",)) == 3
     assert _find_stop("one. two. three", ("wo.", ". t"), 0) == 3
     assert _find_stop("abc", ("z",), 0) is None
+
+
+def test_served_model_names_come_from_the_flag_or_the_model():
+    from shoal.llm.serving._openai import default_model_name
+    from shoal.serving import ServerOptions
+    from shoal.serving.__main__ import _parser
+
+    args = _parser().parse_args(["--model", "m", "--served-model-name", "a", "b/c"])
+    assert args.served_model_name == ["a", "b/c"]
+    assert ServerOptions(served_model_name=("a",)).served_model_name == ("a",)
+    with pytest.raises(ConfigError, match="served_model_name"):
+        ServerOptions(served_model_name=("",))
+    assert default_model_name("meta-llama/Llama-2-7b-hf", "model") == "meta-llama/Llama-2-7b-hf"
+    assert default_model_name("s3://bucket/llama-7b/", "model") == "llama-7b"
+    assert default_model_name("/opt/ml/model", "x") == "model"
+    assert default_model_name(None, "tiny") == "tiny"
+
+
+def test_shoal_serve_hands_every_served_name_to_the_server(monkeypatch):
+    """``shoal serve`` (generated from the server's flags) repeats --served-model-name per
+    name and hands them to ``python -m shoal.serving`` as one flag with several values."""
+    import os
+
+    import typer
+    from typer.testing import CliRunner
+
+    from shoal.cli._endpoints import register_serve
+    from shoal.serving.__main__ import _parser
+
+    app = typer.Typer()  # shoal serve alone: the full CLI's callback configures logging
+    register_serve(app)
+    app.command("other")(lambda: None)  # two commands: 'serve' stays a subcommand
+
+    seen: dict[str, list[str]] = {}
+
+    def execve(executable: str, argv: list[str], env: dict[str, str]) -> None:
+        seen["argv"] = argv
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", execve)
+    result = CliRunner().invoke(app, ["serve", "model/", "--served-model-name", "tiny",
+                                      "--served-model-name", "org/tiny"])
+    assert result.exit_code == 0, result.output
+    argv = seen["argv"]
+    at = argv.index("--served-model-name")
+    assert argv[at:at + 3] == ["--served-model-name", "tiny", "org/tiny"]
+    args = _parser().parse_args(argv[argv.index("--model"):])
+    assert args.served_model_name == ["tiny", "org/tiny"]

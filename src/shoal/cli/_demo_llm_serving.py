@@ -46,7 +46,8 @@ def run_llm_serving_demo(model_dir: Path, question: str, number: int) -> None:
             how = "POST /v1/chat/completions (pip install openai to use its client)"
         else:
             client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-            reply = client.chat.completions.create(model="merged", messages=messages,
+            name = client.models.list().data[0].id  # the served name: the directory's
+            reply = client.chat.completions.create(model=name, messages=messages,
                                                    max_tokens=24, temperature=0)
             chat = reply.choices[0].message.content or ""
             how = "openai.OpenAI(base_url=.../v1).chat.completions.create"

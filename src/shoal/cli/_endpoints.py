@@ -196,6 +196,8 @@ def _serve_parameters() -> list[inspect.Parameter]:
         names = [f.flag, *([f.short] if f.short else [])]
         option = typer.Option(*names, help=f.help_text(), metavar=f.metavar, show_default=False)
         kind: Any = enum.StrEnum(f.field, {c: c for c in f.choices}) if f.choices else f.kind
+        if f.multiple:  # repeat the flag for each value
+            kind = list[kind]
         params.append(inspect.Parameter(f.field, inspect.Parameter.KEYWORD_ONLY, default=None,
                                         annotation=Annotated[kind | None, option]))
     return params
@@ -216,6 +218,9 @@ def serve(model: str, **flags: Any) -> None:
             continue
         if f.via_env:  # in the environment, not in the process list
             env[f.via_env] = str(value)
+            continue
+        if f.multiple:
+            argv += [f.flag, *map(str, value)]
             continue
         argv += [f.flag, f"{value:g}" if isinstance(value, float) else str(value)]
     sys.stdout.flush()

@@ -35,6 +35,8 @@ class Flag:
     #: ``shoal serve`` hands this one to the server in the environment variable, not in
     #: the server's argv (which other users can read in the process list).
     via_env: str | None = None
+    #: takes one or more values (``--flag A B`` in argparse; repeated in ``shoal serve``)
+    multiple: bool = False
 
     @property
     def is_option(self) -> bool:
@@ -42,7 +44,8 @@ class Flag:
 
     def default_value(self) -> Any:
         if self.is_option:
-            return _FIELDS[self.field]
+            value = _FIELDS[self.field]
+            return value or None if self.multiple else value
         return self.default
 
     def help_text(self) -> str:
@@ -88,6 +91,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("api_key", "--api-key", str, "require 'Authorization: Bearer KEY' on every request "
          "but /ping; the variable, unlike the flag, is not in the process list",
          metavar="KEY", via_env=API_KEY_VAR),
+    Flag("served_model_name", "--served-model-name", str, "an LLM server's name(s) in "
+         "OpenAI's 'model' field and at /v1/models (default: the model's hub id, else its "
+         "directory's name)", metavar="NAME", multiple=True),
     Flag("intra_op_threads", "--intra-op-threads", int, "onnxruntime intra-op threads "
          "(default: the runtime's, or the CPUs shared among the workers)", metavar="N"),
     Flag("inter_op_threads", "--inter-op-threads", int, "onnxruntime inter-op threads",
@@ -102,11 +108,18 @@ def add_to_parser(parser: argparse.ArgumentParser) -> None:
     for f in FLAGS:
         names = [f.flag, *([f.short] if f.short else [])]
         extra: dict[str, Any] = {"choices": list(f.choices)} if f.choices else {}
+        if f.multiple:
+            extra["nargs"] = "+"
         parser.add_argument(*names, dest=f.field, type=f.kind, metavar=f.metavar,
                             help=f.help_text(), default=None if f.is_option else f.default,
                             **extra)
 
 
 def option_values(values: dict[str, Any]) -> dict[str, Any]:
-    """The ``ServerOptions`` fields among parsed *values* (None: not given)."""
-    return {f.field: values.get(f.field) for f in FLAGS if f.is_option}
+    """The ``ServerOptions`` fields among parsed *values* (None: not given; a flag with
+    several values as a tuple)."""
+    out = {f.field: values.get(f.field) for f in FLAGS if f.is_option}
+    for f in FLAGS:
+        if f.multiple and out.get(f.field) is not None:
+            out[f.field] = tuple(out[f.field])
+    return out

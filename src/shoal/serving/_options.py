@@ -74,6 +74,9 @@ class ServerOptions:
         intra_op_threads, inter_op_threads: onnxruntime (and torch) thread pools; ``None``
             leaves the runtime's default, except that with several workers each ONNX session
             gets its share of the CPUs (``cpus // workers`` intra-op threads).
+        served_model_name: the names an LLM server answers to in OpenAI's ``model`` field
+            and lists at ``/v1/models`` (vLLM's ``--served-model-name``); empty: the model's
+            name (its hub id, else its directory's name).
 
     Example::
 
@@ -93,6 +96,7 @@ class ServerOptions:
     api_key: str | None = field(default=None, repr=False)
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
+    served_model_name: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _int(self, "port", minimum=0, maximum=65535)
@@ -117,6 +121,10 @@ class ServerOptions:
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) is not None:
                 _int(self, name, minimum=1)
+        names = self.served_model_name
+        if not isinstance(names, tuple) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"served_model_name must be a tuple of non-empty names, got "
+                              f"{names!r}")
         if not isinstance(self.host, str) or not self.host:
             raise ConfigError(f"host must be a non-empty string, got {self.host!r}")
 

@@ -26,8 +26,22 @@ from shoal.llm.serving import _protocols as wire
 from shoal.llm.serving._engine import Generation, TokenEvent
 from shoal.llm.serving._loading import LoadedModel, load_model
 from shoal.llm.serving._metrics import LlmMetrics
-from shoal.llm.serving._params import GenerationParams, from_lmi, from_openai, invalid
+from shoal.llm.serving._openai import OpenAIApi, default_model_name
+from shoal.llm.serving._params import GenerationParams, from_lmi, invalid
 from shoal.llm.serving._properties import LlmServingOptions
+from shoal.llm.serving._streams import (
+    Channel,
+    batches,
+    chunk,
+    deliver,
+    flag,
+    guarded,
+    only,
+    prompt_text,
+    respond_json,
+    start,
+    watch_disconnect,
+)
 from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
 from shoal.serving._codecs import decode_json_document
 from shoal.serving._http import (
@@ -41,6 +55,9 @@ from shoal.serving._http import respond as _respond
 from shoal.serving._options import ServerOptions
 
 __all__ = ["LlmServerApp"]
+
+#: one generation to run: the prompt's text, its token ids, its parameters
+Job = tuple[str, list[int], GenerationParams]
 
 log = logging.getLogger(__name__)
 
@@ -77,25 +94,31 @@ class LlmServerApp(AsgiApp):
         self.state = ModelState.LOADING
         self.load_error: BaseException | None = None
         self.loaded: LoadedModel | None = None
-        self.model_name = options.model_id or options.base_dir.name
+        names = server.served_model_name or (
+            default_model_name(options.model_id, options.base_dir.name),)
+        self.model_name = names[0]
+        self.openai = OpenAIApi(self, names)
         self._on_load_error = on_load_error
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(server.max_payload_mb * 1024 * 1024)
         # (channel, event) of the engine's current step; only the engine's thread touches it
-        self._step_events: list[tuple[_Channel, TokenEvent]] = []
+        self._step_events: list[tuple[Channel, TokenEvent]] = []
         self.metrics = LlmMetrics(
             queue_depth=lambda: self.loaded.engine.queue_depth if self.loaded else 0,
             live=lambda: self.loaded.engine.live if self.loaded else 0,
             max_batch=lambda: options.batch_size,
-            loaded=lambda: float(self.state is ModelState.READY))
+            loaded=lambda: float(self.state is ModelState.READY), model_name=names[0])
         self._routes: dict[str, tuple[str, Callable[..., Awaitable[int]]]] = {
             "/invocations": ("POST", self._invocations),
             "/": ("POST", self._tgi_compat),
             "/generate": ("POST", self._tgi_generate),
             "/generate_stream": ("POST", self._tgi_generate_stream),
-            "/v1/completions": ("POST", self._completions),
-            "/v1/chat/completions": ("POST", self._chat_completions),
-            "/v1/models": ("GET", self._models),
+            "/v1/completions": ("POST", self.openai.completions),
+            "/v1/chat/completions": ("POST", self.openai.chat_completions),
+            "/v1/models": ("GET", self.openai.models),
+            "/v1/embeddings": ("POST", self.openai.embeddings),
+            "/tokenize": ("POST", self.openai.tokenize),
+            "/detokenize": ("POST", self.openai.detokenize),
         }
 
     # --- lifespan -------------------------------------------------------------------------
@@ -164,19 +187,23 @@ class LlmServerApp(AsgiApp):
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if path in ("/ping", "/health"):
-            await self._ping(send)
+            await self._ping(send, empty=path == "/health")
             return
         if path == "/metrics":
             await _respond(send, 200, self.metrics.render(), self.metrics.content_type.encode())
             return
+        if path == "/version":
+            await respond_json(send, {"version": _version()})
+            return
         started = time.perf_counter()
         status = 500
-        openai = path.startswith("/v1/")
+        openai = path.startswith("/v1/") or path in _VLLM_ROUTES
         try:
             route = self._routes.get(path)
             if route is None:
                 raise RequestError(404, "not found", f"{method} {path}; this server answers "
-                                   f"{', '.join(sorted(self._routes))}, /ping and /metrics")
+                                   f"{', '.join(sorted(self._routes))}, /ping, /health, "
+                                   f"/version and /metrics")
             if method != route[0]:
                 raise RequestError(405, "method not allowed", f"use {route[0]} {path}")
             if self.state is not ModelState.READY:
@@ -195,9 +222,10 @@ class LlmServerApp(AsgiApp):
             self.metrics.request(path if path in self._routes else "other", status,
                                  time.perf_counter() - started)
 
-    async def _ping(self, send: Send) -> None:
+    async def _ping(self, send: Send, *, empty: bool = False) -> None:
+        """``/ping`` (SageMaker) answers a JSON status; ``/health`` (vLLM, TGI) an empty 200."""
         if self.state is ModelState.READY:
-            await _respond(send, 200, b'{"status":"healthy"}', _JSON)
+            await _respond(send, 200, b"" if empty else b'{"status":"healthy"}', _JSON)
         else:
             await _error(send, self._not_ready(), openai=False)
 
@@ -212,35 +240,36 @@ class LlmServerApp(AsgiApp):
     async def _invocations(self, scope: Scope, receive: Receive, send: Send) -> int:
         body = await self._json(scope, receive)
         if "messages" in body:  # LMI also takes OpenAI's chat schema here
-            return await self._chat(body, receive, send)
+            return await self.openai.chat(body, receive, send)
         if self.options.tgi_compat:  # TGI's container: its compat route's answer
             return await self._tgi_compat_body(body, receive, send)
-        _only(body, {"inputs", "parameters", "stream"})
+        only(body, {"inputs", "parameters", "stream"})
         params = from_lmi(body.get("parameters"), full_text=self.options.return_full_text)
-        stream = _flag(body, "stream")
+        stream = flag(body, "stream")
         inputs = body.get("inputs")
         if isinstance(inputs, list) and inputs and all(isinstance(i, str) for i in inputs):
             if stream:
                 raise invalid("stream=true takes one prompt in 'inputs', not a list")
-            outcomes = await self._run_all(inputs, params, receive)
-            await _respond_json(send, [self._lmi_result(o) for o in outcomes])
+            outcomes = await self.run_all([(i, self.encode(i, params), params) for i in inputs],
+                                          receive)
+            await respond_json(send, [self._lmi_result(o) for o in outcomes])
             return 200
-        prompt = _prompt(inputs, "inputs")
-        ids = self._encode(prompt, params)
+        prompt = prompt_text(inputs, "inputs")
+        ids = self.encode(prompt, params)
         if not stream:
-            (outcome,) = await self._run_all([prompt], params, receive, [ids])
-            await _respond_json(send, self._lmi_result(outcome))
+            (outcome,) = await self.run_all([(prompt, ids, params)], receive)
+            await respond_json(send, self._lmi_result(outcome))
             return 200
         async with self._stream(ids, params, receive) as (channel, generation):
             outcome = wire.Outcome(prompt, len(ids), params)
-            await _start(send, _JSONLINES)
-            async for events in _guarded(channel, send, jsonlines=True):
+            await start(send, _JSONLINES)
+            async for events in guarded(channel, send, jsonlines=True):
                 lines = []
                 for event in events:
                     outcome.add(event)
                     lines.append(wire.lmi_line(event, outcome))
-                await _chunk(send, b"".join(lines))
-            await _chunk(send, b"", more=False)
+                await chunk(send, b"".join(lines))
+            await chunk(send, b"", more=False)
         return 200
 
     def _lmi_result(self, o: wire.Outcome) -> dict[str, Any]:
@@ -262,7 +291,7 @@ class LlmServerApp(AsgiApp):
                           "(send one request per prompt, or serve with option.tgi_compat=false "
                           "for LMI's list form)")
         full_text = self.options.return_full_text
-        if _flag(body, "stream"):
+        if flag(body, "stream"):
             return await self._tgi_stream_body(body, receive, send, full_text=full_text)
         return await self._tgi_body(body, receive, send, as_list=True, full_text=full_text)
 
@@ -274,149 +303,96 @@ class LlmServerApp(AsgiApp):
 
     async def _tgi_body(self, body: dict[str, Any], receive: Receive, send: Send, *,
                         as_list: bool = False, full_text: bool = False) -> int:
-        _only(body, {"inputs", "parameters", "stream"})
+        only(body, {"inputs", "parameters", "stream"})
         params = from_lmi(body.get("parameters"), full_text=full_text)
-        prompt = _prompt(body.get("inputs"), "inputs")
-        (o,) = await self._run_all([prompt], params, receive)
+        prompt = prompt_text(body.get("inputs"), "inputs")
+        (o,) = await self.run_all([(prompt, self.encode(prompt, params), params)], receive)
         result: dict[str, Any] = {"generated_text": o.full_text}
         if params.details:
             result["details"] = wire.tgi_details(o)
-        await _respond_json(send, [result] if as_list else result)
+        await respond_json(send, [result] if as_list else result)
         return 200
 
     async def _tgi_stream_body(self, body: dict[str, Any], receive: Receive, send: Send, *,
                                full_text: bool = False) -> int:
-        _only(body, {"inputs", "parameters", "stream"})
+        only(body, {"inputs", "parameters", "stream"})
         params = from_lmi(body.get("parameters"), full_text=full_text)
-        prompt = _prompt(body.get("inputs"), "inputs")
-        ids = self._encode(prompt, params)
+        prompt = prompt_text(body.get("inputs"), "inputs")
+        ids = self.encode(prompt, params)
         async with self._stream(ids, params, receive) as (channel, generation):
             outcome = wire.Outcome(prompt, len(ids), params)
-            await _start(send, _SSE)
+            await start(send, _SSE)
             index = 0
-            async for events in _guarded(channel, send):
+            async for events in guarded(channel, send):
                 outcome.seed = generation.seed
                 chunks = []
                 for event in events:
                     index += 1
                     outcome.add(event)
                     chunks.append(wire.tgi_stream_event(event, outcome, index))
-                await _chunk(send, b"".join(chunks))
-            await _chunk(send, b"", more=False)
-        return 200
-
-    # --- OpenAI ---------------------------------------------------------------------------
-
-    async def _models(self, scope: Scope, receive: Receive, send: Send) -> int:
-        limit = self.loaded.max_model_len if self.loaded else None
-        await _respond_json(send, {"object": "list", "data": [
-            {"id": self.model_name, "object": "model", "created": int(time.time()),
-             "owned_by": "shoal", "max_model_len": limit}]})
-        return 200
-
-    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> int:
-        body = await self._json(scope, receive)
-        prompt = body.get("prompt")
-        prompts = prompt if isinstance(prompt, list) and prompt \
-            and all(isinstance(p, str) for p in prompt) else [_prompt(prompt, "prompt")]
-        params = from_openai(body, default_max_tokens=_COMPLETIONS_MAX_TOKENS)
-        return await self._openai(prompts, params, body, receive, send, chat=False)
-
-    async def _chat_completions(self, scope: Scope, receive: Receive, send: Send) -> int:
-        return await self._chat(await self._json(scope, receive), receive, send)
-
-    async def _chat(self, body: dict[str, Any], receive: Receive, send: Send) -> int:
-        tokenizer = self._tokenizer()
-        messages = wire.chat_prompt_messages(body.get("messages"))
-        if not getattr(tokenizer, "chat_template", None):
-            raise invalid("this model's tokenizer has no chat template; use /v1/completions "
-                          "or /invocations with a plain prompt")
-        try:
-            prompt = tokenizer.apply_chat_template(messages, tokenize=False,
-                                                   add_generation_prompt=True)
-        except Exception as e:  # the template's own checks (roles, order) raise
-            raise invalid(f"the chat template rejected the messages: {e}") from None
-        room = self._max_len() - len(self._ids(prompt, chat=True))
-        params = from_openai(body, default_max_tokens=max(1, room))
-        return await self._openai([prompt], params, body, receive, send, chat=True)
-
-    async def _openai(self, prompts: list[str], params: GenerationParams, body: dict[str, Any],
-                      receive: Receive, send: Send, *, chat: bool) -> int:
-        model = str(body.get("model") or self.model_name)
-        if not _flag(body, "stream"):
-            outcomes = await self._run_all(prompts, params, receive, chat=chat)
-            await _respond_json(send, wire.openai_response(outcomes, chat=chat, model=model))
-            return 200
-        if len(prompts) != 1:
-            raise invalid("stream=true takes one prompt")
-        options = body.get("stream_options") or {}
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        ids = self._encode(prompts[0], params, chat=chat)
-        ident = wire.openai_id(chat)
-        async with self._stream(ids, params, receive) as (channel, _):
-            await _start(send, _SSE)
-            count = 0
-            if chat:
-                await _chunk(send, wire.openai_chunk(ident, chat=True, model=model, text="",
-                                                     first=True))
-            async for events in _guarded(channel, send):
-                count += len(events)
-                chunks = [wire.openai_chunk(ident, chat=chat, model=model, text=event.text,
-                                            finish=event.finish)
-                          for event in events if event.text or event.finish is not None]
-                if chunks:
-                    await _chunk(send, b"".join(chunks))
-            if include_usage:
-                await _chunk(send, wire.openai_chunk(ident, chat=chat, model=model, text=None,
-                                                     usage_counts=wire.usage(len(ids), count)))
-            await _chunk(send, b"data: [DONE]\n\n", more=False)
+                await chunk(send, b"".join(chunks))
+            await chunk(send, b"", more=False)
         return 200
 
     # --- generation -----------------------------------------------------------------------
 
-    def _tokenizer(self) -> Any:
+    def tokenizer(self) -> Any:
         if self.loaded is None:
             raise self._not_ready()
         return self.loaded.tokenizer
 
-    def _max_len(self) -> int:
+    def max_len(self) -> int:
         return self.loaded.max_model_len if self.loaded else 0
 
-    def _ids(self, prompt: str, *, chat: bool = False) -> list[int]:
-        # a chat template writes its own special tokens
-        return list(self._tokenizer()(prompt, add_special_tokens=not chat)["input_ids"])
+    def vocab_size(self) -> int:
+        engine: Any = self.loaded.engine if self.loaded else None
+        return int(getattr(engine, "vocab_size", 0) or len(self.tokenizer()))
 
-    def _encode(self, prompt: str, params: GenerationParams, *, chat: bool = False) -> list[int]:
+    def token_ids(self, prompt: str, *, chat: bool = False) -> list[int]:
+        # a chat template writes its own special tokens
+        return list(self.tokenizer()(prompt, add_special_tokens=not chat)["input_ids"])
+
+    def encode(self, prompt: str, params: GenerationParams, *, chat: bool = False) -> list[int]:
         """The prompt's token ids; 422 when it, or it with ``max_new_tokens``, is too long."""
-        ids = self._ids(prompt, chat=chat)
-        limit, n, m = self._max_len(), len(ids), params.max_new_tokens
+        return self.check_length(self.token_ids(prompt, chat=chat), params)
+
+    def check_length(self, ids: list[int], params: GenerationParams) -> list[int]:
+        """*ids*, when they and ``max_new_tokens`` fit the model (422 otherwise), and every
+        ``logit_bias`` token is in the vocabulary."""
+        limit, n, m = self.max_len(), len(ids), params.max_new_tokens
         if n >= limit:
             raise invalid(f"the prompt has {n} tokens; this model takes at most {limit} tokens "
                           f"(prompt + generated, option.max_model_len)")
         if n + m > limit:
             raise invalid(f"the prompt's {n} tokens + max_new_tokens {m} = {n + m} exceed the "
                           f"model's limit of {limit} tokens; ask for at most {limit - n} new "
-                          f"tokens")
+                          f"tokens", "max_tokens")
+        if params.logit_bias:
+            vocab = self.vocab_size()
+            bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab]
+            if bad:
+                raise invalid(f"logit_bias names token ids outside the vocabulary "
+                              f"(0..{vocab - 1}): {bad[:5]}", "logit_bias")
         return ids
 
     @contextlib.asynccontextmanager
     async def _stream(self, ids: list[int], params: GenerationParams, receive: Receive | None
-                      ) -> AsyncIterator[tuple[_Channel, Generation]]:
+                      ) -> AsyncIterator[tuple[Channel, Generation]]:
         """Submit one generation; yields the channel its events arrive on and the generation.
         Leaving the block (done, failed, or the client gone) frees its slot. With *receive*, a
         task watches the connection (one per request: give None when the caller watches)."""
         if self.loaded is None:
             raise self._not_ready()
-        channel = _Channel()
+        channel = Channel()
         step_event = self._step_event
+        engine: Any = self.loaded.engine
         try:
-            generation = self.loaded.engine.submit(ids, params,
-                                                   lambda e: step_event(channel, e))
+            generation = engine.submit(ids, params, lambda e: step_event(channel, e))
         except OverloadedError as e:
             raise RequestError(503, "overloaded", str(e),
                                headers=((b"retry-after", b"1"),)) from None
         watcher = None if receive is None else asyncio.create_task(
-            _watch_disconnect(receive, [generation]))
+            watch_disconnect(receive, [generation]))
         try:
             yield channel, generation
         finally:
@@ -424,7 +400,19 @@ class LlmServerApp(AsgiApp):
             if watcher is not None:
                 watcher.cancel()
 
-    def _step_event(self, channel: _Channel, event: TokenEvent) -> None:
+    @contextlib.asynccontextmanager
+    async def streams(self, jobs: list[Job], receive: Receive
+                      ) -> AsyncIterator[list[Channel]]:
+        """Submit every job (prompt, ids, params); yields their channels, in order. One task
+        watches the connection for all; leaving the block frees every slot."""
+        async with contextlib.AsyncExitStack() as stack:
+            pairs = [await stack.enter_async_context(self._stream(ids, params, None))
+                     for _, ids, params in jobs]
+            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs]))
+            stack.callback(watcher.cancel)
+            yield [channel for channel, _ in pairs]
+
+    def _step_event(self, channel: Channel, event: TokenEvent) -> None:
         """On the engine's thread: keep *event* for the end of the step."""
         self._step_events.append((channel, event))
 
@@ -434,29 +422,31 @@ class LlmServerApp(AsgiApp):
         events = self._step_events
         if events:
             self._step_events = []
-            self._call_soon(_deliver, events)
+            self._call_soon(deliver, events)
 
-    async def _run_all(self, prompts: list[str], params: GenerationParams, receive: Receive,
-                       ids: list[list[int]] | None = None, *, chat: bool = False
-                       ) -> list[wire.Outcome]:
-        """Generate for every prompt (together, in the engine's batch) to the end."""
-        all_ids = ids or [self._encode(p, params, chat=chat) for p in prompts]
+    async def run_all(self, jobs: list[Job], receive: Receive) -> list[wire.Outcome]:
+        """Generate every job (prompt, ids, params) to its end, together in the engine's
+        batch."""
         async with contextlib.AsyncExitStack() as stack:
-            streams = [await stack.enter_async_context(self._stream(i, params, None))
-                       for i in all_ids]
-            watcher = asyncio.create_task(_watch_disconnect(receive, [g for _, g in streams]))
+            pairs = [await stack.enter_async_context(self._stream(ids, params, None))
+                     for _, ids, params in jobs]
+            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs]))
             stack.callback(watcher.cancel)
 
             async def collect(k: int) -> wire.Outcome:
-                channel, generation = streams[k]
-                outcome = wire.Outcome(prompts[k], len(all_ids[k]), params)
-                async for events in _batches(channel):
+                channel, generation = pairs[k]
+                prompt, ids, params = jobs[k]
+                outcome = wire.Outcome(prompt, len(ids), params)
+                async for events in batches(channel):
                     for event in events:
                         outcome.add(event)
                 outcome.seed = generation.seed
                 return outcome
 
-            return list(await asyncio.gather(*(collect(k) for k in range(len(prompts)))))
+            return list(await asyncio.gather(*(collect(k) for k in range(len(jobs)))))
+
+    async def json_body(self, scope: Scope, receive: Receive) -> dict[str, Any]:
+        return await self._json(scope, receive)
 
     async def _json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
         body = await read_body(receive, self._limit)
@@ -467,121 +457,30 @@ class LlmServerApp(AsgiApp):
 
 
 
-class _Channel:
-    """One generation's events on the event loop: ``put`` by ``_deliver``, taken all at once
-    by the request's task."""
-
-    __slots__ = ("events", "waiter")
-
-    def __init__(self) -> None:
-        self.events: list[TokenEvent] = []
-        self.waiter: asyncio.Future[None] | None = None
-
-    def put(self, event: TokenEvent) -> None:
-        self.events.append(event)
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def take(self) -> list[TokenEvent]:
-        """Every event that arrived since the last call (waits for one)."""
-        while not self.events:
-            self.waiter = asyncio.get_running_loop().create_future()
-            await self.waiter
-        events, self.events = self.events, []
-        return events
-
-
-def _deliver(events: list[tuple[_Channel, TokenEvent]]) -> None:
-    """On the loop: one engine step's events to their channels."""
-    for channel, event in events:
-        channel.put(event)
-
-
-async def _batches(channel: _Channel) -> AsyncIterator[list[TokenEvent]]:
-    """The generation's events, in the batches they arrive in, up to its last; an error event
-    raises (after the events before it)."""
-    while True:
-        events = await channel.take()
-        for i, event in enumerate(events):
-            if event.error is not None:
-                if i:
-                    yield events[:i]
-                raise RequestError(500, "generation failed", event.error)
-            if event.finish is not None:
-                yield events[:i + 1]
-                return
-        yield events
-
-
-async def _guarded(channel: _Channel, send: Send, *, jsonlines: bool = False
-                   ) -> AsyncIterator[list[TokenEvent]]:
-    """The events of *channel* in batches, ending a stream already started with an error line
-    instead of raising."""
-    try:
-        async for events in _batches(channel):
-            yield events
-    except RequestError as e:
-        payload = {"error": e.detail, "error_type": e.error}
-        line = json.dumps(payload).encode()
-        await _chunk(send, line + b"\n" if jsonlines else b"data: " + line + b"\n\n")
-
-
-async def _watch_disconnect(receive: Receive, generations: list[Generation]) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            for g in generations:
-                g.cancel()
-            return
-
-
-def _only(body: dict[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(body) - allowed)
-    if extra:
-        raise invalid(f"unknown field(s) {extra}; the body takes {sorted(allowed)}")
-
-
-def _flag(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name, False)
-    if value is None:
-        return False
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if not isinstance(value, bool):
-        raise invalid(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def _prompt(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise invalid(f"'{name}' must be a non-empty string, got {value!r}")
-    return value
-
-
-
-async def _respond_json(send: Send, payload: Any) -> None:
-    await _respond(send, 200, json.dumps(payload).encode(), _JSON)
-
-
-async def _start(send: Send, content_type: bytes) -> None:
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")]})
-
-
-async def _chunk(send: Send, data: bytes, *, more: bool = True) -> None:
-    await send({"type": "http.response.body", "body": data, "more_body": more})
+#: vLLM's routes outside /v1 that answer errors in OpenAI's shape
+_VLLM_ROUTES = frozenset({"/tokenize", "/detokenize"})
+#: vLLM's error ``type`` for a status
+_OPENAI_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed",
+                       413: "RequestEntityTooLarge", 500: "InternalServerError",
+                       503: "ServiceUnavailableError", 504: "GatewayTimeout"}
 
 
 async def _error(send: Send, error: RequestError, *, openai: bool) -> None:
-    """TGI's ``{"error", "error_type"}``; OpenAI's ``{"error": {"message", "type", ...}}``
-    on ``/v1`` routes."""
+    """TGI's ``{"error", "error_type"}``; OpenAI's ``{"error": {"message", "type", "param",
+    "code"}}`` on the OpenAI routes, where a request that cannot be served as asked is 400
+    (TGI's 422), as vLLM answers."""
     if openai:
-        payload: dict[str, Any] = {"object": "error", "error": {
-            "message": error.detail, "type": error.error, "param": None,
-            "code": error.status}}
+        status = 400 if error.status == 422 else error.status
+        payload: dict[str, Any] = {"error": {
+            "message": error.detail, "type": _OPENAI_ERROR_TYPES.get(status, error.error),
+            "param": getattr(error, "param", None), "code": status}}
     else:
+        status = error.status
         payload = {"error": error.detail, "error_type": error.error}
-    await _respond(send, error.status, json.dumps(payload).encode(), _JSON, error.headers)
+    await _respond(send, status, json.dumps(payload).encode(), _JSON, error.headers)
+
+
+def _version() -> str:
+    from shoal import __version__
+
+    return str(__version__)

@@ -2,8 +2,8 @@
 batching on one thread.
 
 The live batch is one left-padded KV cache with its attention mask. Each iteration admits
-waiting requests (prefilled together, then their caches are left-padded to the batch's length
-and concatenated), runs one decode step for every live sequence, and drops the sequences that
+waiting requests (prefilled in groups of similar length, each group's first tokens handed on
+at once; then their caches are left-padded to the batch's length and concatenated), runs one decode step for every live sequence, and drops the sequences that
 finished or whose client went away (rows removed, then leading columns no row uses trimmed),
 so memory follows the live batch. Position ids are each row's own count of real tokens, and
 padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
@@ -35,6 +35,7 @@ from typing import Any
 
 from shoal.errors import OverloadedError
 from shoal.llm.serving._params import GenerationParams
+from shoal.llm.serving._sampling import choose
 
 __all__ = ["EngineObserver", "FinishReason", "Generation", "TokenEvent", "TransformersEngine"]
 
@@ -52,7 +53,8 @@ class TokenEvent:
     """One generated token. ``text`` is the new text it adds (possibly empty: a partial UTF-8
     character or a possible start of a stop sequence is held back); all ``text`` of a
     generation concatenate to its final ``generated_text``, set on the last event with
-    ``finish``. ``error`` ends a generation that failed."""
+    ``finish``. ``error`` ends a generation that failed. ``top``: the likeliest tokens and
+    their log-probabilities, when the request asked for them (``top_logprobs``)."""
 
     token_id: int
     text: str
@@ -61,30 +63,44 @@ class TokenEvent:
     finish: FinishReason | None = None
     generated_text: str | None = None
     error: str | None = None
+    top: list[tuple[int, float]] | None = None
 
 
 class EngineObserver:
-    """Receives the engine's measurements (the server's metrics); does nothing by default."""
+    """Receives the engine's measurements (the server's metrics); does nothing by default.
+    Called on the engine's thread."""
 
     def step(self, live: int, tokens: int, seconds: float) -> None:
         """One decode step over *live* sequences produced *tokens* tokens."""
 
+    def prefilled(self, prompt_tokens: int) -> None:
+        """Prompts of *prompt_tokens* tokens in all were prefilled."""
+
     def first_token(self, seconds: float) -> None:
         """A request got its first token *seconds* after it was submitted."""
+
+    def inter_token(self, seconds: list[float]) -> None:
+        """Sequences got a token after their first, each *seconds* after their previous."""
+
+    def finished(self, seconds: float, reason: str) -> None:
+        """A request ended *seconds* after it was submitted; *reason*: ``stop``, ``length``
+        or ``abort`` (cancelled or failed)."""
 
 
 _ids = itertools.count(1)
 
 #: Mask columns allocated ahead of the live batch (a decode step fills one).
 _MASK_HEADROOM = 64
+#: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
+_PREFILL_TOKENS = 96
 
 
 class Generation:
     """One request inside the engine; ``cancel()`` frees its slot at the next step."""
 
     __slots__ = ("cancelled", "finish", "first_token_at", "generated", "generator", "id",
-                 "on_event", "params", "prefix_offset", "prompt_ids", "read_offset", "seed",
-                 "sent", "submitted_at", "text")
+                 "last_token_at", "on_event", "params", "prefix_offset", "prompt_ids",
+                 "read_offset", "seed", "sent", "submitted_at", "text")
 
     def __init__(self, prompt_ids: Sequence[int], params: GenerationParams,
                  on_event: Callable[[TokenEvent], None]) -> None:
@@ -104,6 +120,7 @@ class Generation:
         self.generator: Any = None
         self.submitted_at = time.perf_counter()
         self.first_token_at: float | None = None
+        self.last_token_at = 0.0
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -134,6 +151,10 @@ class TransformersEngine:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
         self.device = next(model.parameters()).device
+        output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") \
+            else None
+        self.vocab_size = int(getattr(output, "out_features", None)
+                              or getattr(model.config, "vocab_size", 0) or len(tokenizer))
         self.decode_text = _text_decoder(tokenizer)
         self.mask_4d = _takes_4d_mask(model)
         self._cond = threading.Condition()
@@ -224,15 +245,20 @@ class TransformersEngine:
                     new.append(g)
         try:
             if any(g.cancelled for g in self._active):
+                for g in self._active:
+                    if g.cancelled:
+                        self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._retire([g.cancelled for g in self._active])
-            if new:
-                self._prefill(new)
+            for group in _prefill_groups(new):
+                self._prefill(group)
+                self._step_done()  # first tokens go out now, not after the decode step too
             if self._active:
                 self._decode()
         except Exception as e:  # a bug or an OOM: fail the batch, keep serving
             log.exception("generation step failed; failing the %d live requests",
                           len(self._active) + len(new))
             for g in {*self._active, *new}:
+                self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
             self._active, self._cache, self._buffer, self._lengths = [], None, None, None
         self._step_done()
@@ -261,6 +287,7 @@ class TransformersEngine:
                     g.seed = random.randrange(2**63)
                 g.generator = torch.Generator(device=self.device).manual_seed(g.seed)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.observer.prefilled(sum(len(g.prompt_ids) for g in new))
         started = time.perf_counter()
         cache = DynamicCache()
         out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
@@ -296,43 +323,31 @@ class TransformersEngine:
     def _advance(self, rows: list[Generation], logits: Any, *, offset: int) -> None:
         """Choose each row's next token, emit it, and retire the rows that finished (*rows*
         are the batch's rows from *offset* on)."""
-        tokens, logprobs = self._choose(logits, rows)
+        tokens, logprobs, tops = choose(logits, rows)
+        now = time.perf_counter()
         done: list[bool] | None = None
+        intervals: list[float] = []
+        observer = self.observer
         for i, (g, token, logprob) in enumerate(zip(rows, tokens, logprobs, strict=True)):
-            if self._append(g, token, logprob):
+            if g.first_token_at is None:
+                g.first_token_at = now
+                observer.first_token(now - g.submitted_at)
+            else:
+                intervals.append(now - g.last_token_at)
+            g.last_token_at = now
+            if self._append(g, token, logprob, None if tops is None else tops[i]):
+                observer.finished(now - g.submitted_at,
+                                  "length" if g.finish is FinishReason.LENGTH else "stop")
                 if done is None:
                     done = [False] * len(self._active)
                 done[offset + i] = True
+        if intervals:
+            observer.inter_token(intervals)
         if done is not None:
             self._retire(done)
 
-    def _choose(self, logits: Any, rows: list[Generation]) -> tuple[list[int], list[float]]:
-        import torch
-
-        logits = logits.float()
-        if all(g.params.plain_greedy for g in rows):
-            chosen = logits.argmax(-1)
-            logprobs = torch.log_softmax(logits, -1).gather(1, chosen[:, None])[:, 0]
-            return chosen.tolist(), logprobs.tolist()
-        tokens: list[int] = []
-        logprobs_out: list[float] = []
-        for row, g in enumerate(rows):
-            scores = _penalise(logits[row], g, self.device)
-            if not g.params.do_sample:
-                token = int(scores.argmax())
-                logprobs_out.append(float(torch.log_softmax(scores, -1)[token]))
-            else:
-                scores = _warp(scores, g.params)
-                probs = torch.softmax(scores, -1)
-                token = int(torch.multinomial(probs, 1, generator=g.generator))
-                logprobs_out.append(float(torch.log(probs[token])))
-            tokens.append(token)
-        return tokens, logprobs_out
-
-    def _append(self, g: Generation, token: int, logprob: float) -> bool:
-        if g.first_token_at is None:
-            g.first_token_at = time.perf_counter()
-            self.observer.first_token(g.first_token_at - g.submitted_at)
+    def _append(self, g: Generation, token: int, logprob: float,
+                top: list[tuple[int, float]] | None) -> bool:
         generated = g.generated
         generated.append(token)
         params = g.params
@@ -358,7 +373,7 @@ class TransformersEngine:
             g.sent = end
         g.finish = finish
         self._emit(g, TokenEvent(token, delta, logprob, token in self.special_ids, finish,
-                                 text if finish is not None else None))
+                                 text if finish is not None else None, top=top))
         return finish is not None
 
     def _emit(self, g: Generation, event: TokenEvent) -> None:
@@ -370,6 +385,7 @@ class TransformersEngine:
 
     def _fail_all(self, why: str) -> None:
         for g in [*self._active, *self._pending]:
+            self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
             self._emit(g, TokenEvent(-1, "", 0.0, False, error=why))
         self._active, self._cache, self._buffer, self._lengths = [], None, None, None
         self._pending.clear()
@@ -426,6 +442,23 @@ class TransformersEngine:
         self._set_mask(self._mask)
 
 
+def _prefill_groups(new: list[Generation]) -> list[list[Generation]]:
+    """*new* by prompt length, cut into groups of at most ``_PREFILL_TOKENS`` padded tokens
+    (one prompt at least): less padding, and the first tokens of a burst go out group by
+    group instead of after one long prefill of all (the prefill's cost grows with its tokens;
+    each group costs one more forward call, small beside it)."""
+    groups: list[list[Generation]] = []
+    group: list[Generation] = []
+    for g in sorted(new, key=lambda g: len(g.prompt_ids)):
+        if group and (len(group) + 1) * len(g.prompt_ids) > _PREFILL_TOKENS:
+            groups.append(group)
+            group = []
+        group.append(g)
+    if group:
+        groups.append(group)
+    return groups
+
+
 def detokenize(decode: Callable[[list[int]], str], ids: list[int], prefix_offset: int,
                read_offset: int, *, flush: bool = False) -> tuple[str, int, int]:
     """Incremental detokenization: the text the tokens after *read_offset* add, and the new
@@ -456,37 +489,6 @@ def _cat_rows(a: Any, b: Any, length: int) -> Any:
         return F.pad(x, (missing, 0)) if x.dim() == 2 else F.pad(x, (0, 0, missing, 0))
 
     return torch.cat([pad(a), pad(b)], dim=0)
-
-
-def _penalise(scores: Any, g: Generation, device: Any) -> Any:
-    """transformers' repetition penalty over the prompt and the generated tokens."""
-    import torch
-
-    penalty = g.params.repetition_penalty
-    if penalty == 1.0:
-        return scores
-    seen = torch.tensor(g.prompt_ids + g.generated, device=device)
-    picked = scores.gather(0, seen)
-    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.scatter(0, seen, picked)
-
-
-def _warp(scores: Any, params: GenerationParams) -> Any:
-    """Temperature, then top-k, then top-p (nucleus), as transformers orders them."""
-    import torch
-
-    scores = scores / params.temperature
-    if params.top_k > 0 and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if params.top_p < 1.0:
-        ordered, order = torch.sort(scores, descending=True)
-        probs = torch.softmax(ordered, -1)
-        before = probs.cumsum(-1) - probs  # mass of the tokens ranked above each one
-        drop = before > params.top_p
-        drop[0] = False
-        scores = scores.scatter(0, order, ordered.masked_fill(drop, float("-inf")))
-    return scores
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:

@@ -14,6 +14,7 @@ from shoal.llm.serving._lmi import VLLM_HANDLERS
 from shoal.llm.serving._properties import LlmServingOptions, LocatedModel, Quantize, locate_model
 
 if TYPE_CHECKING:
+    from shoal.llm.serving._embeddings import EmbeddingEngine
     from shoal.llm.serving._vllm import VllmEngine
 
 __all__ = ["LoadedModel", "load_model"]
@@ -23,11 +24,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class LoadedModel:
-    engine: TransformersEngine | VllmEngine
+    engine: TransformersEngine | VllmEngine | EmbeddingEngine
     tokenizer: Any
     located: LocatedModel
     max_model_len: int
     description: str
+    #: an encoder served by /v1/embeddings (it does not generate)
+    embedding: bool = False
 
 
 def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedModel:
@@ -108,9 +111,17 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
         raise ModelLoadError(f"{key}={max_len} is more than the model's "
                              f"max_position_embeddings ({limit}); set at most {limit}", key=key,
                              value=str(max_len))
+    from shoal.llm.serving._embeddings import is_embedding_model, load_embedding
+
     placement = _placement(options, torch)
-    kwargs: dict[str, Any] = {"trust_remote_code": remote,
-                              "dtype": _dtype(options, gpu="device_map" in placement)}
+    dtype = _dtype(options, gpu="device_map" in placement)
+    if is_embedding_model(path, config):
+        engine = load_embedding(path, tokenizer, dtype=dtype, max_batch=options.batch_size,
+                                trust_remote_code=remote, placement=placement)
+        description = (f"{type(engine.model).__name__} from {path} (embeddings, "
+                       f"{engine.pooling.value} pooling), max_model_len {max_len}")
+        return LoadedModel(engine, tokenizer, located, max_len, description, embedding=True)
+    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": dtype}
     kwargs.update(placement)
     if options.quantize is not None:
         kwargs["quantization_config"] = _quantization(options.quantize)

@@ -1,5 +1,7 @@
-"""The LLM server's Prometheus metrics: requests, generated tokens and tokens/s, time to first
-token, batch occupancy and queue depth, in a registry of the app's own."""
+"""The LLM server's Prometheus metrics, in a registry of the app's own: shoal's
+(``shoal_llm_*``: requests, generated tokens and tokens/s, time to first token, batch occupancy
+and queue depth) and vLLM's names for what dashboards built on vLLM read (``vllm:*``, with a
+``model_name`` label and vLLM's types and buckets)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ __all__ = ["LlmMetrics"]
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: vLLM's buckets (vllm/v1/metrics/loggers.py)
+_VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                      5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_VLLM_TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                      5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_VLLM_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                         50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+_VLLM_FINISH_REASONS = ("stop", "length", "abort")
 #: tokens/s is measured over this window
 _RATE_WINDOW_S = 10.0
 
@@ -26,7 +36,8 @@ class LlmMetrics(EngineObserver):
     content_type = "text/plain; version=0.0.4; charset=utf-8"
 
     def __init__(self, *, queue_depth: Callable[[], float], live: Callable[[], float],
-                 max_batch: Callable[[], float], loaded: Callable[[], float]) -> None:
+                 max_batch: Callable[[], float], loaded: Callable[[], float],
+                 model_name: str = "model") -> None:
         from prometheus_client import (
             CollectorRegistry,
             Counter,
@@ -56,13 +67,56 @@ class LlmMetrics(EngineObserver):
         Gauge("shoal_llm_queue_depth", "Requests waiting for a batch slot.",
               registry=r).set_function(queue_depth)
         Gauge("shoal_model_loaded", "1 once the model is loaded.", registry=r).set_function(loaded)
+        self._vllm(model_name, queue_depth, live)
         self._window: collections.deque[tuple[float, int]] = collections.deque()
         self._lock = threading.Lock()
         self._children: dict[tuple[str, int], Any] = {}
 
+    def _vllm(self, model_name: str, queue_depth: Callable[[], float],
+              live: Callable[[], float]) -> None:
+        """vLLM's series (``engine`` is vLLM's engine index: one engine here)."""
+        from prometheus_client import Counter, Gauge, Histogram
+
+        r, names, values = self.registry, ["model_name", "engine"], [model_name, "0"]
+        Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+              names, registry=r).labels(*values).set_function(live)
+        Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+              names, registry=r).labels(*values).set_function(queue_depth)
+        self._v_prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                                 names, registry=r).labels(*values)
+        self._v_generation = Counter("vllm:generation_tokens",
+                                     "Number of generation tokens processed.", names,
+                                     registry=r).labels(*values)
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          [*names, "finished_reason"], registry=r)
+        self._v_success = {reason: success.labels(*values, reason)
+                           for reason in _VLLM_FINISH_REASONS}
+        self._v_ttft = Histogram("vllm:time_to_first_token_seconds",
+                                 "Histogram of time to first token in seconds.", names,
+                                 buckets=_VLLM_TTFT_BUCKETS, registry=r).labels(*values)
+        self._v_tpot = Histogram("vllm:time_per_output_token_seconds",
+                                 "Histogram of time per output token in seconds.", names,
+                                 buckets=_VLLM_TPOT_BUCKETS, registry=r).labels(*values)
+        self._v_e2e = Histogram("vllm:e2e_request_latency_seconds",
+                                "Histogram of e2e request latency in seconds.", names,
+                                buckets=_VLLM_LATENCY_BUCKETS, registry=r).labels(*values)
+
     # EngineObserver
+    def prefilled(self, prompt_tokens: int) -> None:
+        self._v_prompt.inc(prompt_tokens)
+
+    def inter_token(self, seconds: list[float]) -> None:
+        observe = self._v_tpot.observe
+        for s in seconds:
+            observe(s)
+
+    def finished(self, seconds: float, reason: str) -> None:
+        self._v_e2e.observe(seconds)
+        self._v_success[reason].inc()
+
     def step(self, live: int, tokens: int, seconds: float) -> None:
         self._tokens.inc(tokens)
+        self._v_generation.inc(tokens)
         self._batch.observe(live)
         now = time.monotonic()
         with self._lock:
@@ -72,6 +126,7 @@ class LlmMetrics(EngineObserver):
 
     def first_token(self, seconds: float) -> None:
         self._ttft.observe(seconds)
+        self._v_ttft.observe(seconds)
 
     def tokens_per_second(self) -> float:
         now = time.monotonic()

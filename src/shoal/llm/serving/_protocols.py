@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,26 +127,73 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def openai_response(outcomes: list[Outcome], *, chat: bool, model: str) -> dict[str, Any]:
+#: the token id -> its text (a single token decoded alone)
+TokenText = Callable[[int], str]
+
+
+def chat_logprob(token: int, logprob: float, top: list[tuple[int, float]] | None,
+                 text: TokenText) -> dict[str, Any]:
+    """One entry of a chat answer's ``logprobs.content``."""
+    def entry(t: int, lp: float) -> dict[str, Any]:
+        s = text(t)
+        return {"token": s, "logprob": max(lp, -9999.0), "bytes": list(s.encode())}
+
+    out = entry(token, logprob)
+    out["top_logprobs"] = [entry(t, lp) for t, lp in top or ()]
+    return out
+
+
+def completion_logprobs(events: list[TokenEvent], text: TokenText, offset: int
+                        ) -> dict[str, Any]:
+    """A completion's ``logprobs`` (``tokens``, ``token_logprobs``, ``top_logprobs`` with the
+    chosen token among the alternatives, ``text_offset`` from *offset*), as vLLM writes it."""
+    tokens, logprobs, tops, offsets = [], [], [], []
+    for e in events:
+        s = text(e.token_id)
+        tokens.append(s)
+        logprobs.append(max(e.logprob, -9999.0))
+        top = {s: max(e.logprob, -9999.0)}
+        for t, lp in e.top or ():
+            top.setdefault(text(t), max(lp, -9999.0))
+        tops.append(top)
+        offsets.append(offset)
+        offset += len(s)
+    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def openai_response(outcomes: list[Outcome], *, chat: bool, model: str, prompt_tokens: int,
+                    logprobs: int | None = None, token_text: TokenText | None = None,
+                    echo: bool = False) -> dict[str, Any]:
+    """A whole completion (``text_completion``) or chat answer (``chat.completion``); the
+    choices are *outcomes* in order."""
     choices: list[dict[str, Any]] = []
     for i, o in enumerate(outcomes):
         choice: dict[str, Any] = {"index": i, "finish_reason": finish_reason(o.finish),
                                   "logprobs": None}
         if chat:
             choice["message"] = {"role": "assistant", "content": o.text}
+            if logprobs is not None and token_text is not None:
+                choice["logprobs"] = {"content": [chat_logprob(e.token_id, e.logprob, e.top,
+                                                               token_text)
+                                                  for e in o.tokens], "refusal": None}
         else:
-            choice["text"] = o.text
+            choice["text"] = o.prompt + o.text if echo else o.text
+            if logprobs is not None and token_text is not None:
+                choice["logprobs"] = completion_logprobs(o.tokens, token_text,
+                                                         len(o.prompt) if echo else 0)
         choices.append(choice)
     return {"id": openai_id(chat), "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": choices,
-            "usage": usage(sum(o.prompt_tokens for o in outcomes),
-                           sum(o.completion_tokens for o in outcomes))}
+            "usage": usage(prompt_tokens, sum(o.completion_tokens for o in outcomes))}
 
 
 def openai_chunk(ident: str, *, chat: bool, model: str, text: str | None,
                  finish: FinishReason | None = None, first: bool = False,
-                 usage_counts: dict[str, int] | None = None) -> bytes:
-    """One SSE chunk; ``text`` None with ``usage_counts`` is the closing usage chunk."""
+                 usage_counts: dict[str, int] | None = None, index: int = 0,
+                 logprobs: dict[str, Any] | None = None) -> bytes:
+    """One SSE chunk of choice *index*; ``text`` None with ``usage_counts`` is the closing
+    usage chunk."""
     body: dict[str, Any] = {"id": ident,
                             "object": "chat.completion.chunk" if chat else "text_completion",
                             "created": int(time.time()), "model": model}
@@ -156,11 +204,11 @@ def openai_chunk(ident: str, *, chat: bool, model: str, text: str | None,
     if chat:
         delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first \
             else ({"content": text} if text else {})
-        choice: dict[str, Any] = {"index": 0, "delta": delta}
+        choice: dict[str, Any] = {"index": index, "delta": delta}
     else:
-        choice = {"index": 0, "text": text or ""}
+        choice = {"index": index, "text": text or ""}
     choice["finish_reason"] = finish_reason(finish)
-    choice["logprobs"] = None
+    choice["logprobs"] = logprobs
     body["choices"] = [choice]
     return sse(body)
 

@@ -25,6 +25,10 @@ __all__ = ["serve"]
 
 log = logging.getLogger(__name__)
 
+#: GIL switch interval of the server process (Python's default: 5 ms)
+_SWITCH_INTERVAL_S = 0.0005
+
+
 class _Stop(BaseException):
     """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
 
@@ -105,6 +109,10 @@ def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
         from shoal.llm.serving._app import LlmServerApp
 
         app = LlmServerApp(llm, options, on_load_error=failed)
+    # The engine's thread and the event loop share the GIL; with Python's default 5 ms switch
+    # interval a request arriving while the engine computes waits up to 5 ms per hand-over
+    # (the time to first token of a burst of requests is several of them).
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
     server = uvicorn.Server(uvicorn_config(app, options))
     server.run(sockets=[sock])
     return status

@@ -36,11 +36,16 @@ def sampling_arguments(params: GenerationParams, seed: int | None) -> dict[str, 
     """vLLM ``SamplingParams`` keyword arguments for *params* (greedy is temperature 0; vLLM
     disables top-k with -1). The chosen token's log-probability is asked for (``logprobs=0``),
     special tokens are left out of the text and stop strings out of the output, as the
-    transformers engine does."""
+    transformers engine does; with ``top_logprobs`` that many alternatives."""
     arguments: dict[str, Any] = {
         "n": 1, "max_tokens": params.max_new_tokens, "stop": list(params.stop),
         "include_stop_str_in_output": False, "repetition_penalty": params.repetition_penalty,
-        "skip_special_tokens": True, "logprobs": 0}
+        "skip_special_tokens": True, "logprobs": params.top_logprobs}
+    if params.presence_penalty or params.frequency_penalty:
+        arguments.update(presence_penalty=params.presence_penalty,
+                         frequency_penalty=params.frequency_penalty)
+    if params.logit_bias:
+        arguments["logit_bias"] = dict(params.logit_bias)
     if params.do_sample:
         arguments.update(temperature=params.temperature, top_p=params.top_p,
                          top_k=params.top_k if params.top_k > 0 else -1, seed=seed)
@@ -169,6 +174,7 @@ class VllmEngine:
                                      self.sampling_params(**sampling_arguments(g.params, g.seed)))
                 self._running[request_id] = g
                 self._emitted[request_id] = 0
+                self.observer.prefilled(len(g.prompt_ids))
             gone = [r for r, g in self._running.items() if g.cancelled]
             if gone:
                 self.llm.abort_request(gone)
@@ -199,9 +205,13 @@ class VllmEngine:
         text: str = output.text or ""
         if not new and finish is None:
             return 0
+        now = time.perf_counter()
         if g.first_token_at is None:
-            g.first_token_at = time.perf_counter()
-            self.observer.first_token(g.first_token_at - g.submitted_at)
+            g.first_token_at = now
+            self.observer.first_token(now - g.submitted_at)
+        elif new:  # the tokens of this step share its interval
+            self.observer.inter_token([(now - g.last_token_at) / len(new)] * len(new))
+        g.last_token_at = now
         delta = text[g.sent:] if len(text) > g.sent else ""
         g.sent = max(g.sent, len(text))
         logprobs = getattr(output, "logprobs", None) or []
@@ -212,17 +222,25 @@ class VllmEngine:
         for i, token in enumerate(new):
             last = i == len(new) - 1
             position = done + i
-            logprob = 0.0
+            logprob, top = 0.0, None
             if not delta_token and position < len(logprobs) and logprobs[position]:
-                entry = logprobs[position].get(token)
+                entries = logprobs[position]
+                entry = entries.get(token)
                 logprob = float(getattr(entry, "logprob", 0.0)) if entry is not None else 0.0
+                if g.params.top_logprobs:
+                    ranked = sorted(((int(t), float(e.logprob)) for t, e in entries.items()),
+                                    key=lambda te: -te[1])
+                    top = ranked[:g.params.top_logprobs]
             event = TokenEvent(token, delta if last else "", logprob, token in self.special_ids,
-                               finish if last else None, text if last and finish else None)
+                               finish if last else None, text if last and finish else None,
+                               top=top)
             self._emit(g, event)
         self._emitted[request_id] = len(token_ids)
         g.generated = token_ids
         if finish is not None:
             g.finish = finish
+            self.observer.finished(now - g.submitted_at,
+                                   "length" if finish is FinishReason.LENGTH else "stop")
             self._forget(request_id)
         return 0 if delta_token else len(new)
 
