@@ -58,6 +58,9 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         _check_endpoint_section(out)
         _check_bundle_section(out)
         assert "FineTuner(method='lora')" in out and "loss by step" in out  # LLM section
+        _check_sagemaker_section(out, home)
+        _check_security_section(out, home, tmp_path)
+        _check_cli_section(out, home)
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()
@@ -138,6 +141,60 @@ def _check_bundle_section(out: str) -> None:
     assert re.search(r"int8 weights: \d+\.\d% of \d+ test digits", section), section
     verified = re.search(r"bundle verify \S+digits-asgi: (\d+)/(\d+) checks passed", section)
     assert (verified and verified.group(1) == verified.group(2)) or "verify skipped" in section
+
+
+def _check_sagemaker_section(out: str, home: Path) -> None:
+    """Notebook-style code through ``import shoal as sagemaker``: a real fit and endpoints."""
+    section = out[out.index("16. SageMaker code as it is"):out.index("17. security")]
+    assert "reported once: get_execution_role()" in section and "no effect" in section
+    upload = re.search(r"key_prefix=\.\.\.\) -> (file://\S+/train\.csv)", section).group(1)
+    assert Path(upload.removeprefix("file://")).is_file() and str(home) in upload
+    assert re.search(r"image_uris\.retrieve\('sklearn', 'us-east-1', '[\d.-]+'\) -> "
+                     r"shoal\.local/sklearn:[\d.-]+", section) or \
+        "image_uris.retrieve skipped: the installed scikit-learn" in section
+    job = re.search(r"\.fit\(\{'train': \.\.\.\}\): job (iris-sklearn-\S+) Completed, no "
+                    r"environment built", section)
+    assert job is not None, section
+    assert not (home / "envs" / "framework-releases").exists()  # nothing was resolved or built
+    predicted = re.search(r"predict\(iris\.data\[\[0, 50, 100\]\]\) -> (\[.*?\]) "
+                          r"\(labels (\[.*?\])\)", section)
+    assert predicted and json.loads(predicted.group(1)) == json.loads(predicted.group(2)), section
+    assert f"endpoint {job.group(1)} deleted" in section
+    generic = re.search(r"Model\(image_uri, model_data, role\) by position .*JSON "
+                        r"predict\(iris\.data\[\[1, 51, 101\]\]\) -> (\[.*?\])", section)
+    assert generic and json.loads(generic.group(1)) == [0.0, 1.0, 2.0], section
+    endpoints = subprocess.run([sys.executable, "-m", "shoal.cli", "--home", str(home),
+                                "endpoints", "list", "--json"], capture_output=True, text=True,
+                               timeout=60, check=True)
+    assert json.loads(endpoints.stdout) == []  # both endpoints were deleted
+
+
+def _check_security_section(out: str, home: Path, tmp_path: Path) -> None:
+    """No job key stored, the token masked in describe and in the log, a 0700 home."""
+    section = out[out.index("17. security"):out.index("18. the CLI")]
+    secret_file = tmp_path / "xdg-config" / "shoal" / "user-secret"  # clean_env's XDG dir
+    assert f"user secret {secret_file}: mode 0600 in a 0700 directory, 32 bytes" in section
+    assert oct(secret_file.stat().st_mode & 0o777) == "0o600"
+    assert re.search(r"has key_salt = [0-9a-f]{16,} and no key; neither the job's derived key "
+                     r"nor the token's value appears in it", section), section
+    assert "demo-tok-7Qx2Lm9Vb4Rz" not in out and "Lm9Vb4Rz" not in out
+    assert re.search(r"shoal jobs describe: DEMO_API_TOKEN\s+\*\*\*\*", section), section
+    assert "shoal jobs logs: DEMO_API_TOKEN=**** (end of the value)" in section
+    assert f"home {home}: mode 0700" in section and oct(home.stat().st_mode & 0o777) == "0o700"
+
+
+def _check_cli_section(out: str, home: Path) -> None:
+    """A command as a job, the background processes, and a gc dry run that deletes nothing."""
+    section = out[out.index("18. the CLI for what runs"):]
+    assert "hello from a command job" in section
+    assert re.search(r"job hello-\S+ completed", section), section
+    assert re.search(r"PID +KIND +NAME", section) and "launcher" in section
+    summary = re.search(r"would remove (\d+) job\(s\).*\(dry run: nothing was deleted\)",
+                        section)
+    assert summary and int(summary.group(1)) > 20, section
+    before, after = re.search(r"jobs recorded before (\d+), after (\d+)", section).groups()
+    assert before == after == summary.group(1)
+    assert (home / "shoal.db").is_file()
 
 
 def test_demo_training_script_fails_the_job_when_onnx_parity_fails(tmp_path: Path):

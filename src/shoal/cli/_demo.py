@@ -104,6 +104,13 @@ def run_demo() -> None:
         from shoal.cli._demo_llm import run_llm_demo
 
         run_llm_demo(session, 14)
+        from shoal.cli._demo_sagemaker import run_sagemaker_demo
+
+        run_sagemaker_demo(16)
+        from shoal.cli._demo_security import run_cli_demo, run_security_demo
+
+        run_security_demo(session, 17)
+        run_cli_demo(session, 18)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))
