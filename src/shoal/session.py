@@ -260,6 +260,7 @@ class Session:
         applies only when no bucket is given."""
         from shoal.storage.transfer import join
 
+        self._private_home()  # a first upload under the home must not create it open to all
         if bucket is None:
             return join(_as_url(self.default_bucket()), self.default_bucket_prefix or "",
                         key_prefix)

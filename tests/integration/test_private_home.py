@@ -86,3 +86,17 @@ def test_an_existing_home_open_to_others_is_reported_once_naming_it(tmp_path, ca
     assert str(home) in warnings[0] and "755" in warnings[0] and "chmod 700" in warnings[0]
     assert mode(home) == 0o755  # the user's choice is reported, not overridden
     assert mode(home / "shoal.db") == 0o600
+
+
+def test_a_first_upload_data_on_a_new_home_creates_it_private(tmp_path, umask_022, caplog):
+    """A notebook whose first call is ``Session().upload_data`` (SageMaker's usual preamble)
+    must not let the upload create the home 0755 on its way to home/artifacts/..."""
+    home = tmp_path / "fresh-home"
+    data = tmp_path / "train.csv"
+    data.write_text("1,2\n")
+    with caplog.at_level(logging.WARNING):
+        uri = shoal.Session(home=str(home)).upload_data(str(data), key_prefix="demo/train")
+    assert uri.endswith("demo/train/train.csv")
+    assert mode(home) == 0o700
+    assert open_to_others(home) == []
+    assert not [r for r in caplog.records if "is mode" in r.getMessage()]

@@ -293,7 +293,10 @@ ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jo
                        "envs/_conda.py",
                        "backends/",
                        # a user's training script that the demo ships as data and runs as a job
-                       "cli/demo_assets/")
+                       "cli/demo_assets/",
+                       # the demo's user code: a SageMaker train.py as text, a @remote function
+                       # that prints its own secret variable (each runs as a job)
+                       "cli/_demo_sagemaker.py", "cli/_demo_security.py")
 _ENV_USE = re.compile(r"\bos\.(environ|getenv)\b|\bfrom\s+os\s+import\b[^\n]*\b(environ|getenv)\b")
 
 

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from shoal import remote
 from shoal.cli._context import out, state
+from shoal.config import child_environ
 from shoal.core.ports import JobQuery
 from shoal.errors import ShoalError
 
@@ -50,7 +51,7 @@ def _cli(session: Any, *args: str, cwd: Path | None = None) -> str:
     proc = subprocess.run([sys.executable, "-m", "shoal.cli", "--home", str(session.home),
                            *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=120, cwd=cwd,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"})
+                          stdin=subprocess.DEVNULL, env=child_environ(COLUMNS="120"))
     if proc.returncode != 0:
         raise ShoalError(f"the demo ran shoal {' '.join(args)} exited {proc.returncode}: "
                            f"{proc.stdout.strip()[-400:]}")
@@ -59,7 +60,6 @@ def _cli(session: Any, *args: str, cwd: Path | None = None) -> str:
 
 def print_in_pieces(name: str) -> str:
     """The variable's value written in two pieces: a write and a flush, a pause, the rest."""
-    import os
     import sys
     import time
 

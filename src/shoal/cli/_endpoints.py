@@ -208,10 +208,11 @@ def serve(model: str, **flags: Any) -> None:
 
     The same options as 'python -m shoal.serving', which this runs (in this process: signals
     reach it)."""
+    from shoal.config import child_environ
     from shoal.serving._flags import FLAGS
 
     argv = [sys.executable, "-m", "shoal.serving", "--model", model]
-    env = dict(os.environ)
+    env = child_environ()
     for f in FLAGS:
         value = flags.get(f.field)
         if value is None:

@@ -49,7 +49,7 @@ class FsspecArtifactStore:
             raise ArtifactStoreError(f"cannot open artifact store {url!r}: {e}. For s3:// "
                                      "install shoal[s3].", url=url) from e
         if "file" in _protocols(fs):
-            os.makedirs(path, mode=0o700, exist_ok=True)  # a new root: this user's alone
+            _makedirs_private(path)  # a new root (and each new parent): this user's alone
         return cls(fs, path, url)
 
     @property
@@ -237,3 +237,19 @@ def _create_private(path: str) -> Any:
 def _protocols(fs: Any) -> tuple[str, ...]:
     proto = fs.protocol
     return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def _makedirs_private(path: str) -> None:
+    """``os.makedirs`` whose every new directory, not only the last, is 0700 (makedirs gives
+    the parents it creates the umask's mode; existing directories are left as they are)."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            os.mkdir(d, 0o700)
