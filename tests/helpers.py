@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "endpoint_test_session", "flip_stored_byte",
+__all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "cli_test_session", "endpoint_test_session", "flip_stored_byte",
            "fresh_postgres_database", "rank_lines", "wait_until"]
 
 #: A torch-distributed training script (gloo on CPU): each rank all-reduces rank + 1 and prints
@@ -177,6 +177,25 @@ def endpoint_test_session(session: Any, *, local: bool) -> Iterator[Any]:
         if local:
             session.backend.shutdown_launcher()
         session.close()
+
+
+@contextmanager
+def cli_test_session(home: Any) -> Iterator[Any]:
+    """A session on the CLI's home for a test: on the way out its unfinished jobs are stopped
+    and waited for (bounded), its launcher shut down and the session closed."""
+    import shoal
+
+    s = shoal.Session(home=str(home), launcher_idle_seconds=60)
+    try:
+        yield s
+    finally:
+        try:
+            for record in s.metadata.iter_unfinished():
+                s.jobs.cancel(record.name)
+                s.jobs.wait(record.name, timeout=30)
+        finally:
+            s.backend.shutdown_launcher()
+            s.close()
 
 
 @contextmanager

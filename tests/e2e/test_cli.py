@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from helpers import Followed, wait_until
+from helpers import Followed, cli_test_session, wait_until
 from shoal import RemoteExecutor, remote
 from shoal.core import JobQuery, JobStatus
 from shoal.errors import JobCancelledError
@@ -41,15 +41,8 @@ def home(clean_env: Path) -> Path:
 
 @pytest.fixture
 def session(home: Path) -> Iterator[shoal.Session]:
-    s = shoal.Session(home=str(home), launcher_idle_seconds=60)
-    yield s
-    try:
-        for record in s.metadata.iter_unfinished():
-            s.jobs.cancel(record.name)
-            s.jobs.wait(record.name, timeout=30)
-    finally:
-        s.backend.shutdown_launcher()
-        s.close()
+    with cli_test_session(home) as s:
+        yield s
 
 
 def _wait_for_file(path: str) -> str:

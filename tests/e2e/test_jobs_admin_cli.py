@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from helpers import wait_until
+from helpers import cli_test_session, wait_until
 from shoal import RemoteExecutor, remote
 from shoal.core import JobStatus
 from shoal.experiments import Run
@@ -29,15 +29,8 @@ def run_cli(*args: str, cwd: Path | None = None,
 
 @pytest.fixture
 def session(clean_env: Path) -> Iterator[shoal.Session]:
-    s = shoal.Session(home=str(clean_env), launcher_idle_seconds=60)  # SHOAL_HOME of the CLI
-    yield s
-    try:
-        for record in s.metadata.iter_unfinished():
-            s.jobs.cancel(record.name)
-            s.jobs.wait(record.name, timeout=30)
-    finally:
-        s.backend.shutdown_launcher()
-        s.close()
+    with cli_test_session(clean_env) as s:  # SHOAL_HOME of the CLI
+        yield s
 
 
 def _project(tmp_path: Path) -> Path:
