@@ -90,10 +90,8 @@ class CSVSerializer(SimpleBaseSerializer):
         super().__init__(content_type)
 
     def serialize(self, data: Any) -> str:
-        if isinstance(data, str):
-            return data
-        if hasattr(data, "read"):
-            return data.read()  # type: ignore[no-any-return]
+        if (given := _text_as_given(data)) is not None:
+            return given
         if hasattr(data, "to_csv"):  # a pandas DataFrame
             return data.to_csv(header=False, index=False).rstrip("\n")  # type: ignore[no-any-return]
         if _is_ndarray(data) and data.ndim > 1:
@@ -175,10 +173,8 @@ class JSONLinesSerializer(SimpleBaseSerializer):
         super().__init__(content_type)
 
     def serialize(self, data: Any) -> str:
-        if isinstance(data, str):
-            return data
-        if hasattr(data, "read"):
-            return data.read()  # type: ignore[no-any-return]
+        if (given := _text_as_given(data)) is not None:
+            return given
         if not _is_sequence(data):
             raise InvalidArgumentError("JSONLinesSerializer takes a list of JSON-serializable "
                                        f"objects, got {type(data).__name__}", argument="data")
@@ -223,10 +219,8 @@ class LibSVMSerializer(SimpleBaseSerializer):
         super().__init__(content_type)
 
     def serialize(self, data: Any) -> str:
-        if isinstance(data, str):
-            return data
-        if hasattr(data, "read"):
-            return data.read()  # type: ignore[no-any-return]
+        if (given := _text_as_given(data)) is not None:
+            return given
         raise InvalidArgumentError(f"LibSVMSerializer takes LibSVM text, got "
                                    f"{type(data).__name__}", argument="data")
 
@@ -261,3 +255,12 @@ class TorchTensorSerializer(SimpleBaseSerializer):
             raise InvalidArgumentError(f"TorchTensorSerializer takes a torch.Tensor, got "
                                        f"{type(data).__name__}", argument="data")
         return self._numpy.serialize(data.detach().cpu().numpy())
+
+
+def _text_as_given(data: Any) -> str | None:
+    """Text already in the wire format passes as it is: a str, or what a file object reads."""
+    if isinstance(data, str):
+        return data
+    if hasattr(data, "read"):
+        return data.read()  # type: ignore[no-any-return]
+    return None
