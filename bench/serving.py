@@ -3,7 +3,7 @@
     .venv/bin/python bench/serving.py [--duration 20] [--formats npy,json]
 
 The model is the MNIST CNN of PyTorch's example (conv 1→32, conv 32→64, max-pool, dropout,
-linear 9216→128→10, log-softmax; random weights), exported with ``shoal.models.onnx.export``.
+linear 9216→128→10, log-softmax; random weights), exported with ``shoal.export.onnx.export``.
 Each client request carries one 1×1×28×28 float32 image, as ``application/x-npy`` (what
 SageMaker's NumpySerializer sends) or JSON (15.9 KB). The load generator is a separate process
 (asyncio + uvloop over raw keep-alive HTTP/1.1), so it competes with the server for the same
@@ -281,7 +281,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from shoal.models.onnx import export
+    from shoal.export.onnx import export
 
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-serving-"))
     model_dir = work / "mnist"

@@ -25,7 +25,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from shoal.models.onnx import export
+    from shoal.export.onnx import export
 
     configs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else [{}]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 8.0

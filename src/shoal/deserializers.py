@@ -1,4 +1,4 @@
-"""``sagemaker.deserializers``' path: turn an ``/invocations`` response body into Python data.
+"""At SageMaker's path ``sagemaker.deserializers``: turn an ``/invocations`` response body into Python data.
 
 Each deserializer has ``ACCEPT`` (a tuple of media types, sent as the request's Accept) and
 ``deserialize(stream, content_type)``, where *stream* has ``read()`` (and ``close()``).

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.estimator — re-exports shoal.training.Estimator and Framework."""
+"""SageMaker path alias: sagemaker.estimator — re-exports shoal.training.Estimator and Framework."""
 
 from __future__ import annotations
 

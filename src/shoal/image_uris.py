@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.image_uris — ``retrieve()`` names a framework environment.
+"""At SageMaker's path ``sagemaker.image_uris``: ``retrieve()`` names a framework environment.
 
 SageMaker returns an ECR image URI; shoal runs no containers, so it returns a descriptive URI
 in shoal's own registry, ``shoal.local/<framework>[-<scope>]:<version>[-<cpu|gpu>][-<py>]``,

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.inputs — re-exports shoal.training.TrainingInput."""
+"""SageMaker path alias: sagemaker.inputs — re-exports shoal.training.TrainingInput."""
 
 from __future__ import annotations
 

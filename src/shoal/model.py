@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.model — re-exports shoal.endpoints.Model (and FrameworkModel)."""
+"""SageMaker path alias: sagemaker.model — re-exports shoal.endpoints.Model (and FrameworkModel)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.predictor — re-exports shoal.endpoints.Predictor."""
+"""SageMaker path alias: sagemaker.predictor — re-exports shoal.endpoints.Predictor."""
 
 from __future__ import annotations
 

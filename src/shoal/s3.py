@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.s3 — ``S3Uploader`` and ``S3Downloader`` over any fsspec URL.
+"""At SageMaker's path ``sagemaker.s3``: ``S3Uploader`` and ``S3Downloader`` over any fsspec URL.
 
 ``s3://`` goes to S3 (or an S3-compatible store) through s3fs; ``file://``, ``gs://``,
 ``az://``, ``memory://`` and bare local paths work the same way, so code written for S3 runs

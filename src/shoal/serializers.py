@@ -1,4 +1,4 @@
-"""``sagemaker.serializers``' path: turn Python data into an ``/invocations`` request body.
+"""At SageMaker's path ``sagemaker.serializers``: turn Python data into an ``/invocations`` request body.
 
 Each serializer has a ``CONTENT_TYPE`` (sent as the request's Content-Type) and
 ``serialize(data) -> bytes | str``. numpy is imported only by the calls that need it, and

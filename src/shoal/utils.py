@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.utils — the resource-name helpers real code calls.
+"""At SageMaker's path ``sagemaker.utils``: the resource-name helpers real code calls.
 
 ``name_from_base("xgboost")`` → ``xgboost-2024-11-30-12-00-00-123`` (millisecond timestamp,
 at most 63 characters, SageMaker's format); ``unique_name_from_base`` adds a random suffix;

@@ -61,11 +61,11 @@ def attempt(name, call):
     return {"case": name, "error": "no error"}
 
 def export():
-    from shoal.models.onnx import export
+    from shoal.export.onnx import export
     export(object(), None, "model.onnx")
 
 def export_sklearn():
-    from shoal.models.onnx import export_sklearn
+    from shoal.export.onnx import export_sklearn
     export_sklearn(object(), 4, "model.onnx")
 
 def deploy():
@@ -203,7 +203,7 @@ def test_serve_extra_serves_an_onnx_model(tmp_path: Path):
 SKLEARN = r'''
 import numpy as np
 from sklearn.linear_model import LogisticRegression
-from shoal.models.onnx import export_sklearn, verify
+from shoal.export.onnx import export_sklearn, verify
 from shoal.bundles import build_bundle
 
 x = np.random.default_rng(0).normal(size=(60, 4)).astype("float32")
@@ -224,7 +224,7 @@ def test_sklearn_extra_converts_verifies_and_bundles(tmp_path: Path):
 
 TORCH = r'''
 import torch
-from shoal.models.onnx import export, verify
+from shoal.export.onnx import export, verify
 
 net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
 export(net, torch.randn(1, 1, 4, 4), "model/model.onnx")

@@ -32,7 +32,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from shoal.models.onnx import export  # noqa: E402
+from shoal.export.onnx import export  # noqa: E402
 
 NPY = "application/x-npy"
 JSON = "application/json"
@@ -760,7 +760,7 @@ def test_a_port_in_use_is_a_clear_error_with_workers_too(models: dict[str, Path]
 
 
 def test_importing_the_server_and_the_onnx_helpers_loads_nothing_heavy() -> None:
-    code = ("import shoal.serving, shoal.serving.__main__, shoal.models.onnx, sys; "
+    code = ("import shoal.serving, shoal.serving.__main__, shoal.export.onnx, sys; "
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True, timeout=60).stdout.split())

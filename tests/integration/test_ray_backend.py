@@ -510,7 +510,7 @@ def test_an_endpoint_through_a_ray_client_address(ray_client, tmp_path):
     import torch
 
     from shoal import Model
-    from shoal.models.onnx import export
+    from shoal.export.onnx import export
 
     s = ray_client()
     net = torch.nn.Linear(4, 2)

@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 
 from test_model_server import Server, launch, linear_module, script_model  # noqa: E402
 
-from shoal.models.onnx import export  # noqa: E402
+from shoal.export.onnx import export  # noqa: E402
 
 KEY = "s3cret-key-for-tests"
 HALF_SENT = 300  # bounded: well under the test machine's file descriptor limit

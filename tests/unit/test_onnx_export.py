@@ -1,4 +1,4 @@
-"""shoal.models.onnx: torch and scikit-learn export, dynamic batch, atomic writes, verify."""
+"""shoal.export.onnx: torch and scikit-learn export, dynamic batch, atomic writes, verify."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from shoal.errors import InvalidArgumentError, ModelExportError, ModelVerificationError  # noqa: E402
-from shoal.models.onnx import export, export_sklearn, verify  # noqa: E402
+from shoal.export.onnx import export, export_sklearn, verify  # noqa: E402
 
 
 class TwoLayer(torch.nn.Module):

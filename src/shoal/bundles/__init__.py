@@ -3,7 +3,8 @@
 ``build_bundle`` writes a directory or ``.zip`` for Azure Functions, AWS Lambda, a container
 image (the SageMaker serving contract) or any ASGI server: the model (as ONNX, int8 weights
 when that keeps it small), one generated entry module, pinned ``requirements.txt`` and a README
-with that platform's deploy and test commands. A bundle never imports shoal.
+with that platform's deploy and test commands. A bundle never imports shoal: it is not served
+by ``shoal.serving`` or managed by ``shoal.endpoints``, but runs on the other platform alone.
 ``verify_bundle`` installs one into a fresh virtualenv, runs it as its platform would and
 compares its answers with the source model.
 

@@ -82,7 +82,7 @@ def _exported_classifier(tmp: Path) -> _DemoModel:
     from sklearn.datasets import load_digits
     from sklearn.linear_model import LogisticRegression
 
-    from shoal.models.onnx import export_sklearn
+    from shoal.export.onnx import export_sklearn
 
     x, y = load_digits(return_X_y=True)
     order = np.random.default_rng(0).permutation(len(y))
@@ -92,7 +92,7 @@ def _exported_classifier(tmp: Path) -> _DemoModel:
     model_dir.mkdir()
     export_sklearn(clf, 64, model_dir / "model.onnx")
     return _DemoModel(str(model_dir), "a LogisticRegression exported with "
-                      "shoal.models.onnx.export_sklearn", (x[test] / 16.0).astype(np.float32),
+                      "shoal.export.onnx.export_sklearn", (x[test] / 16.0).astype(np.float32),
                       y[test])
 
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.djl_inference — re-exports shoal.llm's DJLModel and DJLPredictor."""
+"""SageMaker path alias: sagemaker.djl_inference — re-exports shoal.llm's DJLModel and DJLPredictor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.djl_inference.djl_predictor — re-exports shoal.llm's DJLPredictor."""
+"""SageMaker path alias: sagemaker.djl_inference.djl_predictor — re-exports shoal.llm's DJLPredictor."""
 
 from __future__ import annotations
 

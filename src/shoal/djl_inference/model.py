@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.djl_inference.model — re-exports shoal.llm's DJLModel."""
+"""SageMaker path alias: sagemaker.djl_inference.model — re-exports shoal.llm's DJLModel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.experiments.trial_component — a run seen as a trial component.
+"""At SageMaker's path ``sagemaker.experiments.trial_component``: a run seen as a trial component.
 
 SageMaker records each ``Run`` as a trial component named ``<experiment>-<run>``; code reads
 them back with ``_TrialComponent.load`` and ``_TrialComponent.list``. Here they read shoal's

@@ -1,5 +1,7 @@
-"""SageMaker path: sagemaker.huggingface — the HuggingFace estimator (shoal.training's, whose
-create_model() makes a HuggingFaceModel) and shoal.llm's HuggingFaceModel."""
+"""SageMaker path alias: sagemaker.huggingface — re-exports HuggingFace (shoal.training's
+estimator, whose create_model() makes a HuggingFaceModel: shoal.huggingface._estimator),
+get_huggingface_llm_image_uri (shoal.huggingface.llm_utils) and shoal.llm's HuggingFaceModel and
+HuggingFacePredictor."""
 
 from __future__ import annotations
 

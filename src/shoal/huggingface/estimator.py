@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.huggingface.estimator — re-exports shoal.huggingface.HuggingFace."""
+"""SageMaker path alias: sagemaker.huggingface.estimator — re-exports shoal.huggingface.HuggingFace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.huggingface.llm_utils — the LLM serving image URI.
+"""At SageMaker's path ``sagemaker.huggingface.llm_utils``: the LLM serving image URI.
 
 ``get_huggingface_llm_image_uri("huggingface", version="2.0")`` names TGI's container on
 SageMaker; here it returns shoal's URI for it (``shoal.local/huggingface-llm:2.0``), which

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.huggingface.model — re-exports shoal.llm's HuggingFaceModel."""
+"""SageMaker path alias: sagemaker.huggingface.model — re-exports shoal.llm's HuggingFaceModel."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ and runs on after the job. A process that is a *child subreaper* (Linux's
 ``PR_SET_CHILD_SUBREAPER``) adopts such orphans instead: every process a job started stays
 among its descendants, which ``end_descendants`` finds (``/proc``), stops (SIGTERM, then
 SIGKILL after a grace period) and reaps. The supervisor, the zygote and each zygote job are
-subreapers (see ``docs/design-notes.md``, "Process hygiene").
+subreapers (see ``docs/architecture.md``, "Process hygiene").
 
 Standard library only: it runs in a job's own interpreter too (the zygote).
 """

@@ -1,4 +1,6 @@
-"""LLMs: LoRA/QLoRA fine-tuning recipes (and, later, serving).
+"""LLMs: LoRA/QLoRA fine-tuning recipes, the LLM server runtime (``shoal.llm.serving``) and
+SageMaker's LLM model classes (``HuggingFaceModel``, ``DJLModel``, at ``shoal.huggingface`` and
+``shoal.djl_inference``).
 
 - ``finetune(base_model, train_data, output_dir=..., method="qlora", ...)``: the recipe, in
   this process (or inside ``@remote``);

@@ -1,7 +1,7 @@
-"""Models: ONNX export and verification (``shoal.models.onnx``).
+"""Path alias: shoal.models — the older package of ``shoal.models.onnx``; model export is
+``shoal.export`` (``shoal.export.onnx``).
 
-Importing this package is cheap: torch, onnx, onnxruntime and skl2onnx load inside the
-functions that need them.
+The ``Model`` class is ``shoal.Model`` (``shoal.endpoints``); this package holds no code.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.pytorch — re-exports shoal.training.PyTorch and PyTorchModel."""
+"""SageMaker path alias: sagemaker.pytorch — re-exports shoal.training.PyTorch and PyTorchModel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.pytorch.estimator — re-exports shoal.training.PyTorch."""
+"""SageMaker path alias: sagemaker.pytorch.estimator — re-exports shoal.training.PyTorch."""
 
 from __future__ import annotations
 

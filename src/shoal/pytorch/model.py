@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.pytorch.model — re-exports shoal.endpoints.PyTorchModel."""
+"""SageMaker path alias: sagemaker.pytorch.model — re-exports shoal.endpoints.PyTorchModel."""
 
 from __future__ import annotations
 

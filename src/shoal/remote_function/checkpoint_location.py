@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.remote_function.checkpoint_location — re-exports shoal.remote_function."""
+"""SageMaker path alias: sagemaker.remote_function.checkpoint_location — re-exports CheckpointLocation from shoal.remote_function."""
 
 from __future__ import annotations
 

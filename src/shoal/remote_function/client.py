@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.remote_function.client — re-exports shoal.remote_function."""
+"""SageMaker path alias: sagemaker.remote_function.client — re-exports remote, RemoteExecutor, get_future, list_futures (and Future) from shoal.remote_function."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.remote_function.custom_file_filter — re-exports shoal.remote_function."""
+"""SageMaker path alias: sagemaker.remote_function.custom_file_filter — re-exports CustomFileFilter from shoal.remote_function."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model server: SageMaker's serving contract (``/ping``, ``/invocations``, ``/metrics``,
+"""The model server runtime (one process, one model directory): SageMaker's serving contract (``/ping``, ``/invocations``, ``/metrics``,
 ``/execution-parameters``) over an ASGI app run by uvicorn, with ``code/inference.py``
 handlers or ones chosen from the artifact (ONNX, scikit-learn, TorchScript), and adaptive
 batching.
@@ -10,6 +10,10 @@ Run one with ``python -m shoal.serving --model PATH_OR_URI``, or in Python::
 
 ``create_app`` gives the ASGI app alone. Importing this package loads neither uvicorn nor
 onnxruntime; those load when a server starts.
+
+It imports no session, job, store or backend: it often runs in a model's own environment.
+Deploying and managing servers is ``shoal.endpoints``; a directory holding
+``serving.properties`` is handed to the LLM server runtime, ``shoal.llm.serving``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.sklearn — re-exports shoal.training.SKLearn and SKLearnModel."""
+"""SageMaker path alias: sagemaker.sklearn — re-exports shoal.training.SKLearn and SKLearnModel."""
 
 from __future__ import annotations
 

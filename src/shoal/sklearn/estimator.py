@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.sklearn.estimator — re-exports shoal.training.SKLearn."""
+"""SageMaker path alias: sagemaker.sklearn.estimator — re-exports shoal.training.SKLearn."""
 
 from __future__ import annotations
 

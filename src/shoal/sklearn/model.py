@@ -1,4 +1,4 @@
-"""SageMaker path: sagemaker.sklearn.model — re-exports shoal.endpoints.SKLearnModel."""
+"""SageMaker path alias: sagemaker.sklearn.model — re-exports shoal.endpoints.SKLearnModel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The LLM server: DJL's ``serving.properties``, a transformers engine with continuous
+"""The LLM server runtime: DJL's ``serving.properties``, a transformers engine with continuous
 batching (vLLM when asked), and the LMI (``/invocations``), TGI (``/generate``,
 ``/generate_stream``) and OpenAI (``/v1/completions``, ``/v1/chat/completions``,
 ``/v1/models``) APIs, beside ``/ping`` and ``/metrics``.
@@ -10,7 +10,8 @@ comes here when ``DIR`` holds ``serving.properties``. In Python::
     serve("model/", options=ServerOptions(port=8080))     # blocks until SIGTERM
 
 Importing this package loads neither torch nor transformers; the model loads when a server
-starts.
+starts. Like the model server (``shoal.serving``, whose pieces it uses) it imports no session,
+job or store; ``Model.deploy()`` (``shoal.endpoints``) runs it as an endpoint.
 """
 
 from __future__ import annotations
