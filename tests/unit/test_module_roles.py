@@ -144,7 +144,7 @@ def test_modules_with_code_at_sagemaker_paths_are_not_aliases() -> None:
     for module in ("shoal.image_uris", "shoal.utils", "shoal.s3", "shoal.serializers",
                    "shoal.deserializers", "shoal.analytics", "shoal.session",
                    "shoal.experiments.trial_component", "shoal.huggingface.llm_utils",
-                   "shoal.huggingface._estimator", "shoal.export.onnx"):
+                   "shoal.export.onnx"):
         tree = ast.parse(_path(module).read_text(encoding="utf-8"))
         assert _code_of_its_own(tree), module
         assert not _docstring(_path(module)).startswith((SAGEMAKER_ALIAS, PATH_ALIAS)), module

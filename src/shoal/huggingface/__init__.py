@@ -1,12 +1,11 @@
-"""SageMaker path alias: sagemaker.huggingface — re-exports HuggingFace (shoal.training's
-estimator, whose create_model() makes a HuggingFaceModel: shoal.huggingface._estimator),
-get_huggingface_llm_image_uri (shoal.huggingface.llm_utils) and shoal.llm's HuggingFaceModel and
-HuggingFacePredictor."""
+"""SageMaker path alias: sagemaker.huggingface — re-exports shoal.llm's HuggingFace (the
+training estimator whose create_model() makes a HuggingFaceModel), HuggingFaceModel and
+HuggingFacePredictor, and get_huggingface_llm_image_uri (shoal.huggingface.llm_utils)."""
 
 from __future__ import annotations
 
-from shoal.huggingface._estimator import HuggingFace
 from shoal.huggingface.llm_utils import get_huggingface_llm_image_uri
+from shoal.llm._huggingface import HuggingFace
 from shoal.llm._sagemaker_models import HuggingFaceModel, HuggingFacePredictor
 
 __all__ = ["HuggingFace", "HuggingFaceModel", "HuggingFacePredictor",

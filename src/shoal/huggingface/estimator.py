@@ -1,7 +1,7 @@
-"""SageMaker path alias: sagemaker.huggingface.estimator — re-exports shoal.huggingface.HuggingFace."""
+"""SageMaker path alias: sagemaker.huggingface.estimator — re-exports shoal.llm's HuggingFace."""
 
 from __future__ import annotations
 
-from shoal.huggingface._estimator import HuggingFace
+from shoal.llm._huggingface import HuggingFace
 
 __all__ = ["HuggingFace"]

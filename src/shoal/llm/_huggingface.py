@@ -1,9 +1,9 @@
 """``sagemaker.huggingface.HuggingFace``: the training estimator (``shoal.training``'s) whose
 ``create_model()`` and ``deploy()`` make a ``HuggingFaceModel``, as in SageMaker.
 
-It lives here, above both ``shoal.training`` and ``shoal.llm`` (the model needs the LLM
-server's model lookup, a layer above training): ``shoal.training.HuggingFace`` trains the
-same way and deploys as a plain ``Model``.
+It lives in ``shoal.llm``, a layer above ``shoal.training`` (the model needs the LLM server's
+model lookup); ``shoal.training.HuggingFace`` trains the same way and deploys as a plain
+``Model``. ``shoal.huggingface`` (SageMaker's path) only re-exports it.
 """
 
 from __future__ import annotations
