@@ -167,7 +167,7 @@ def endpoint_test_session(session: Any, *, local: bool) -> Iterator[Any]:
     import shoal
     from shoal.endpoints import EndpointService
 
-    service = EndpointService(session)
+    service = EndpointService.for_session(session)
     with shoal.use(session):
         yield session
     try:

@@ -20,9 +20,12 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shoal.core.endpoints import EndpointBackend
 
 __all__ = ["PLACEHOLDER_ROLE", "Session", "current", "get_execution_role", "rank_host_main",
            "serve_warm_main", "supervisor_main", "use"]
@@ -30,6 +33,9 @@ __all__ = ["PLACEHOLDER_ROLE", "Session", "current", "get_execution_role", "rank
 logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
 _SUPERVISOR_PREPARE = "shoal.session:warm_supervisor"
+#: shoal.endpoints sits above the session: its endpoint backends are found by dotted path.
+_SUPERVISED_ENDPOINTS = "shoal.endpoints._supervisor:SupervisedEndpoints"
+_RAY_SERVE_ENDPOINTS = "shoal.endpoints._ray_serve:RayServeEndpoints"
 _PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.storage.sql",
             "fsspec.implementations.local", "shoal.config:_settings_class",
             "shoal.serialization:warm_up")
@@ -77,6 +83,7 @@ class Session:
         self._artifacts: Any = None
         self._backend: Any = None
         self._jobs: Any = None
+        self._endpoint_backends: tuple[EndpointBackend, ...] | None = None
         self._reported: set[str] = set()
         self.aws_clients = {k: v for k, v in (
             ("boto_session", boto_session), ("sagemaker_client", sagemaker_client),
@@ -199,6 +206,33 @@ class Session:
                                         supervisor_env=self.supervisor_env(),
                                         keys=UserKeys(self.settings.user_secret_path()))
             return self._jobs
+
+    @property
+    def endpoint_backends(self) -> tuple[EndpointBackend, ...]:
+        """What runs endpoints, the first deploying new ones: Ray Serve when the backend is
+        Ray, else a detached supervisor per endpoint launched through the backend (which
+        also still manages the supervised endpoints of a Ray session)."""
+        with self._lock:
+            if self._endpoint_backends is None:
+                import importlib
+
+                def impl(path: str) -> Any:
+                    module, _, name = path.partition(":")
+                    return getattr(importlib.import_module(module), name)
+
+                env = self.supervisor_env()
+                supervised = impl(_SUPERVISED_ENDPOINTS)(self.backend, env=env, home=self.home)
+                if self.backend.name == "ray":
+                    settings = self.settings
+                    serve = impl(_RAY_SERVE_ENDPOINTS)(
+                        self.backend, self.artifacts, env=env, home=self.home,
+                        proxy_location=settings.ray_serve_proxy_location,
+                        host=settings.ray_serve_host, port=settings.ray_serve_port,
+                        resolve_ttl_s=settings.env_resolve_ttl_seconds)
+                    self._endpoint_backends = (serve, supervised)
+                else:
+                    self._endpoint_backends = (supervised,)
+            return self._endpoint_backends
 
     @property
     def env_builder(self) -> Any:

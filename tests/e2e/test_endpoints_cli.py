@@ -60,7 +60,7 @@ def session(clean_env: Path) -> Iterator[shoal.Session]:
     yield s
     try:
         for record in s.metadata.list_endpoints():
-            EndpointService(s).delete(record.name)
+            EndpointService.for_session(s).delete(record.name)
     finally:
         s.backend.shutdown_launcher()
         s.close()

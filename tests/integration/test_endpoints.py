@@ -151,7 +151,7 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_sess
     name = _unique("boom")
     with pytest.raises(EndpointFailedError, match="boom while loading the model"):
         Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
-    record = EndpointService(endpoint_session).get(name)
+    record = EndpointService.for_session(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     assert "RuntimeError" in record.failure_reason
     assert "boom while loading the model" in record.failure_reason
@@ -163,7 +163,7 @@ def test_contract_a_model_that_fails_to_load_fails_with_the_reason(endpoint_sess
     assert any(b"boom while loading the model" in log for log in logs)
     with pytest.raises(shoal.ShoalError, match="already exists"):
         Model(model_data=onnx_dir).deploy(endpoint_name=name)
-    EndpointService(endpoint_session).delete(name)
+    EndpointService.for_session(endpoint_session).delete(name)
     assert endpoint_session.metadata.find_endpoint(name) is None
 
 
@@ -295,7 +295,7 @@ def test_inference_py_raising_on_import_fails_with_its_traceback(session, tmp_pa
     # A failed endpoint must be deleted before its name is used again.
     with pytest.raises(shoal.ShoalError, match="already exists"):
         Model(model_data=onnx_dir).deploy(endpoint_name="boom")
-    EndpointService(session).delete("boom")
+    EndpointService.for_session(session).delete("boom")
     Model(model_data=onnx_dir).deploy(endpoint_name="boom").predict([[0, 0, 0, 0]])
 
 
@@ -336,9 +336,9 @@ def test_a_gone_supervisor_fails_the_endpoint(session, onnx_dir):
     wait_until(lambda: not _alive(record.supervisor["pid"]), 10, what="supervisor gone")
     # Its servers die with it, and the record says why nothing will restart them.
     wait_until(lambda: not _alive(record.instances[0].pid), 10, what="server gone")
-    failed = EndpointService(session).get("orphan")
+    failed = EndpointService.for_session(session).get("orphan")
     assert failed.status == EndpointStatus.FAILED and "supervisor" in failed.failure_reason
-    EndpointService(session).delete("orphan")
+    EndpointService.for_session(session).delete("orphan")
     assert session.metadata.find_endpoint("orphan") is None
 
 
@@ -368,7 +368,7 @@ def test_contract_a_model_whose_environment_cannot_be_built_fails(endpoint_sessi
     name = _unique("noenv")
     with pytest.raises(EndpointFailedError, match="environment could not be built"):
         Model(model_data=onnx_dir, dependencies=str(deps)).deploy(endpoint_name=name)
-    record = EndpointService(endpoint_session).get(name)
+    record = EndpointService.for_session(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED
     assert "shoal-no-such-package-anywhere" in record.failure_reason
 
@@ -383,7 +383,7 @@ def test_contract_a_model_server_that_exits_in_its_environment_fails_with_its_ou
     name = _unique("exits")
     with pytest.raises(EndpointFailedError, match="the handler gave up at import"):
         Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(endpoint_name=name)
-    record = EndpointService(endpoint_session).get(name)
+    record = EndpointService.for_session(endpoint_session).get(name)
     assert record.status == EndpointStatus.FAILED and record.serving == ()
     artifacts = endpoint_session.artifacts
     wait_until(lambda: artifacts.list_keys(f"endpoints/{name}/logs"), 30,

@@ -77,14 +77,14 @@ def test_a_model_bomb_fails_the_deploy_naming_archive_and_cap_and_delete_leaves_
         model.deploy(endpoint_name="bomb")
     text = str(info.value)
     assert str(bomb) in text and "2.0 MiB" in text and "SHOAL_MAX_EXTRACT_BYTES" in text
-    record = EndpointService(session).get("bomb")
+    record = EndpointService.for_session(session).get("bomb")
     assert record.status == EndpointStatus.FAILED
     assert "expands to more than 2.0 MiB" in record.failure_reason
     assert "supervisor" not in record.failure_reason  # the real reason, not 'supervisor gone'
     where = endpoint_dir(session.home, "bomb")
     assert _bytes_under(where) < CAP  # stopped at the cap; the partial extraction is gone
     assert not (where / "model").exists()
-    EndpointService(session).delete("bomb")
+    EndpointService.for_session(session).delete("bomb")
     assert session.metadata.find_endpoint("bomb") is None
     assert not where.exists()
     assert session.artifacts.list_keys("endpoints/bomb/code") == []
@@ -97,7 +97,7 @@ def test_too_many_files_in_model_data_fail_the_deploy(session, tmp_path):
               source_dir=str(_code(tmp_path))).deploy(endpoint_name="many")
     where = endpoint_dir(session.home, "many")
     assert not (where / "model").exists()
-    EndpointService(session).delete("many")
+    EndpointService.for_session(session).delete("many")
     assert not where.exists()
 
 
@@ -129,7 +129,7 @@ def test_a_failed_deploy_frees_its_staged_model_and_delete_removes_the_rest(sess
             endpoint_name="broken")
     where = endpoint_dir(session.home, "broken")
     assert not (where / "model").exists() and not (where / "code.tar.gz").exists()
-    EndpointService(session).delete("broken")
+    EndpointService.for_session(session).delete("broken")
     assert not where.exists()
 
 

@@ -110,7 +110,7 @@ def test_update_endpoint_replaces_the_model_behind_the_same_name(session, onnx_d
     second = Model(model_data=str(tmp_path / "model.onnx")).deploy(
         1, "ml.m5.large", endpoint_name="swap", update_endpoint=True)
     assert np.allclose(second.predict(x), x @ (2 * W) + B)
-    assert [r.name for r in EndpointService(session).list()].count("swap") == 1
+    assert [r.name for r in EndpointService.for_session(session).list()].count("swap") == 1
     assert not second.describe().config.inert_settings  # the flag did something: not inert
 
 

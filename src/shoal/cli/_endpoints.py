@@ -55,7 +55,7 @@ def endpoint_json(record: EndpointRecord) -> dict[str, Any]:
 def _service() -> Any:
     from shoal.endpoints import EndpointService
 
-    return EndpointService(state.session())
+    return EndpointService.for_session(state.session())
 
 
 @app.command("list")

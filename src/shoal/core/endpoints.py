@@ -1,6 +1,8 @@
 """Endpoint types: what an endpoint serves and how (``EndpointConfig``), its lifecycle
-(SageMaker's ``EndpointStatus``), and the server processes behind it. Frozen values, no I/O;
-``shoal.endpoints`` starts and supervises the processes, the metadata store keeps the records.
+(SageMaker's ``EndpointStatus``), the server processes behind it, and the seam to what runs
+them (``EndpointBackend``: a local supervisor per endpoint, or Ray Serve). Frozen values, no
+I/O; ``shoal.endpoints`` starts and supervises the processes, the metadata store keeps the
+records.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from shoal.errors import InvalidArgumentError, InvalidTransitionError
 
@@ -20,10 +23,15 @@ __all__ = [
     "EndpointConfig",
     "EndpointInstance",
     "EndpointRecord",
+    "EndpointBackend",
     "EndpointStatus",
     "InstanceStatus",
+    "RuntimeState",
+    "RuntimeView",
     "check_endpoint_name",
     "check_endpoint_transition",
+    "endpoint_dir",
+    "endpoint_key",
 ]
 
 #: SageMaker's endpoint-name rule: 1-63 letters, digits or hyphens, no leading hyphen.
@@ -258,3 +266,66 @@ class EndpointRecord:
     def serving(self) -> tuple[EndpointInstance, ...]:
         """The instances answering requests now."""
         return tuple(i for i in self.instances if i.status == InstanceStatus.IN_SERVICE)
+
+
+def endpoint_key(name: str, *parts: str) -> str:
+    """``endpoints/<name>/...`` in the artifact store."""
+    return "/".join(("endpoints", name, *parts))
+
+
+def endpoint_dir(home: Path | str, name: str) -> Path:
+    """Where an endpoint's supervisor stages its model and keeps its instances' logs."""
+    return Path(home) / "endpoints" / name
+
+
+class RuntimeState(StrEnum):
+    """What an endpoint backend sees of the processes (or application) behind an endpoint."""
+
+    #: Running as recorded, or the backend cannot tell (another host, an unreachable
+    #: cluster): nothing to record.
+    UNCHANGED = "unchanged"
+    #: Ready to serve at the view's addresses (a Creating endpoint becomes InService).
+    READY = "ready"
+    #: It failed, for the view's reason.
+    FAILED = "failed"
+    #: Nothing runs it any more: a Deleting endpoint is gone, a live one failed (the reason).
+    GONE = "gone"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeView:
+    """One look at an endpoint's runtime (``EndpointBackend.refresh``); the endpoint service
+    decides what it means for the record."""
+
+    state: RuntimeState
+    reason: str | None = None
+    #: (host, port) of each address a READY endpoint answers on, in instance order.
+    addresses: tuple[tuple[str, int], ...] = ()
+
+
+class EndpointBackend(Protocol):
+    """What runs endpoints: a detached supervisor per endpoint (launched through the session's
+    backend) or a Ray Serve application. It starts, observes and stops the runtime; the
+    endpoint service owns the records (status, instances, failure reasons) and the files."""
+
+    def owns(self, handle: Mapping[str, Any]) -> bool:
+        """True when *handle* (an ``EndpointRecord.supervisor``) is one this backend made."""
+        ...
+
+    def check(self, config: EndpointConfig) -> None:
+        """Refuse, before anything is recorded, what this backend cannot serve."""
+        ...
+
+    def deploy(self, name: str, *, model_data: str, config: EndpointConfig,
+               code_key: str | None, requirements_key: str | None) -> Mapping[str, Any]:
+        """Start the endpoint's runtime (without waiting for it); return the handle to keep
+        on its record. The code and requirements are already in the artifact store."""
+        ...
+
+    def refresh(self, record: EndpointRecord) -> RuntimeView:
+        """One look at a live (or Deleting) endpoint's runtime."""
+        ...
+
+    def delete(self, record: EndpointRecord, *, timeout: float) -> None:
+        """Stop the endpoint's runtime; return once it is gone (waits up to *timeout*)."""
+        ...

@@ -160,7 +160,7 @@ class Model:
             if endpoint_name is None:
                 raise InvalidArgumentError("update_endpoint=True replaces an existing endpoint: "
                                            "give its endpoint_name", argument="endpoint_name")
-            service = EndpointService(session)
+            service = EndpointService.for_session(session)
             if service.find(name) is not None:
                 service.delete(name)
         self._start(name, config, wait)
@@ -175,7 +175,7 @@ class Model:
         requirements = self._serving_requirements()
         if requirements is None:  # served from this environment: it needs the server
             _check_server_installed(self.model_data)
-        service = EndpointService(self.sagemaker_session)
+        service = EndpointService.for_session(self.sagemaker_session)
         with tempfile.TemporaryDirectory(prefix="shoal-code-") as tmp:
             archive = None
             if config.code:

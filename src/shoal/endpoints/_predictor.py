@@ -118,14 +118,14 @@ class Predictor:
     def delete_endpoint(self, delete_endpoint_config: bool = True) -> None:
         """Stop the endpoint's servers and remove it."""
         self.close()
-        EndpointService(self.sagemaker_session).delete(self.endpoint_name)
+        EndpointService.for_session(self.sagemaker_session).delete(self.endpoint_name)
 
     def delete_model(self) -> None:
         """Nothing to do: a shoal endpoint's model has no record of its own."""
 
     def describe(self) -> Any:
         """The endpoint's record."""
-        return EndpointService(self.sagemaker_session).get(self.endpoint_name)
+        return EndpointService.for_session(self.sagemaker_session).get(self.endpoint_name)
 
     def close(self) -> None:
         with self._lock:
@@ -164,7 +164,7 @@ class Predictor:
             return self._client
 
     def _refresh(self) -> tuple[EndpointInstance, ...]:
-        record = EndpointService(self.sagemaker_session).get(self.endpoint_name)
+        record = EndpointService.for_session(self.sagemaker_session).get(self.endpoint_name)
         raise_unless_serving(record)
         self._instances = record.serving
         return self._instances

@@ -1,4 +1,5 @@
-"""Endpoints on Ray Serve: what ``deploy()`` does when the session's backend is Ray.
+"""Endpoints on Ray Serve (``RayServeEndpoints``, the ``EndpointBackend`` that ``Session``
+chooses when its backend is Ray).
 
 The client ships the model through the artifact store (a local directory or file is uploaded
 under ``endpoints/<name>/model/``; a URL is used as it is), then runs one Serve application
@@ -11,9 +12,10 @@ starts the app's lifespan and waits for the model in its constructor, so a model
 load fails the replica with the reason, and Serve fails the application with it.
 
 The Serve controller keeps the replicas running, so no shoal supervisor is needed; the
-endpoint's record follows the application: ``refresh`` (on every read, as ``_reap`` does for
-supervised endpoints) moves it Creating -> InService with the proxies' addresses, or to
-Failed with Serve's message. ``delete`` deletes the application.
+endpoint's record follows the application: ``refresh`` (on every read of the record, as for
+supervised endpoints) tells the endpoint service that it runs (Creating -> InService, with
+the proxies' addresses), failed (with Serve's message) or is gone. ``delete`` deletes the
+application.
 
 ``ray`` is imported inside the functions only.
 """
@@ -28,26 +30,21 @@ import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from shoal.core.endpoints import (
     EndpointConfig,
-    EndpointInstance,
     EndpointRecord,
-    EndpointStatus,
-    InstanceStatus,
+    RuntimeState,
+    RuntimeView,
+    endpoint_key,
 )
+from shoal.core.ports import ArtifactStore
 from shoal.core.resources import resolve_instance_type
-from shoal.errors import (
-    BackendUnavailableError,
-    EndpointNotFound,
-    InvalidArgumentError,
-    InvalidTransitionError,
-    ModelLoadError,
-)
+from shoal.errors import BackendUnavailableError, InvalidArgumentError, ModelLoadError
 
-__all__ = ["BACKEND", "EndpointReplica", "delete", "deploy", "deployment_options",
-           "is_serve", "refresh", "replica_env"]
+__all__ = ["BACKEND", "EndpointReplica", "RayServeEndpoints", "deployment_options",
+           "is_serve", "replica_env"]
 
 BACKEND = "ray-serve"
 #: The deployment's name inside each endpoint's application.
@@ -84,17 +81,11 @@ def is_serve(record: EndpointRecord) -> bool:
 # --- the client's side -------------------------------------------------------------------
 
 
-def _ray(session: Any) -> Any:
-    """The ray module, connected to the session's cluster (through its backend)."""
-    backend = session.backend
-    if getattr(backend, "name", None) != "ray":
-        raise BackendUnavailableError(
-            "this endpoint runs on Ray Serve; select the Ray backend (SHOAL_BACKEND=ray and "
-            "SHOAL_RAY_ADDRESS) to manage it")
-    backend.alive_nodes()  # connects (token auth included) or says why it cannot
-    import ray
+class RayJobs(Protocol):
+    """What Ray Serve endpoints need of the session's Ray backend."""
 
-    return ray
+    def alive_nodes(self) -> int: ...
+    def check_submission(self, env: Mapping[str, str]) -> None: ...
 
 
 def _serve() -> Any:
@@ -149,15 +140,13 @@ def deployment_options(config: EndpointConfig, env: Mapping[str, str], *,
     return options
 
 
-def ship_model(session: Any, name: str, model_data: str) -> str:
+def ship_model(artifacts: ArtifactStore, name: str, model_data: str) -> str:
     """A URL every node can read: *model_data* when it is one, else an upload of it."""
-    from shoal.endpoints._service import endpoint_key
     from shoal.endpoints._staging import is_local, local_path
 
     if not is_local(model_data):
         return model_data
     path = local_path(model_data).resolve()
-    artifacts = session.artifacts
     if path.is_file():
         key = endpoint_key(name, "model", path.name)
         artifacts.put_file(key, path)
@@ -180,48 +169,6 @@ def check_config(config: EndpointConfig) -> None:
             "port= fixes a local model server's port; on Ray Serve every endpoint answers on "
             "Serve's HTTP proxy (SHOAL_RAY_SERVE_PORT) under /endpoints/<name>",
             argument="port")
-
-
-def deploy(session: Any, name: str, *, model_data: str, config: EndpointConfig,
-           code_key: str | None, requirements_key: str | None = None) -> dict[str, Any]:
-    """Run the endpoint's Serve application (without waiting for it); return the handle to
-    keep on its record."""
-    from shoal.endpoints._service import endpoint_key
-
-    settings = session.settings
-    env = session.supervisor_env()
-    ray = _ray(session)
-    session.backend.check_submission(env)  # the replicas read the model from the store
-    serve = _serve()
-    from ray.serve.api import RunTarget
-
-    spec = {"endpoint": name, "model_uri": ship_model(session, name, model_data),
-            "code_uri": session.artifacts.uri(code_key) if code_key else None,
-            "batching": config.batching.to_json() if config.batching else None,
-            "startup_timeout_s": config.startup_timeout_s,
-            "requirements_uri": (session.artifacts.uri(requirements_key) if requirements_key
-                                 else None),
-            "home": str(session.home),
-            "logs_uri": session.artifacts.uri(endpoint_key(name, "logs")),
-            "resolve_ttl_s": settings.env_resolve_ttl_seconds}
-    try:
-        serve.start(proxy_location=settings.ray_serve_proxy_location,
-                    http_options={"host": settings.ray_serve_host,
-                                  "port": settings.ray_serve_port})
-        ingress = serve.ingress()(EndpointReplica)
-        options = deployment_options(
-            config, replica_env(env, config),
-            spread=settings.ray_serve_proxy_location == "HeadOnly")
-        deployment = serve.deployment(**options)(ingress)
-        serve.run_many([RunTarget(deployment.bind(spec), name=app_name(name),
-                                  route_prefix=route_prefix(name))],
-                       wait_for_ingress_deployment_creation=False,
-                       wait_for_applications_running=False)
-    except (ray.exceptions.RayError, RuntimeError, ValueError) as e:
-        raise BackendUnavailableError(f"Ray Serve refused endpoint {name!r}: {e}",
-                                      endpoint=name) from e
-    return {"backend": BACKEND, "application": app_name(name),
-            "route_prefix": route_prefix(name), "pid": 0}
 
 
 def _serve_details(ray: Any) -> dict[str, Any]:
@@ -253,43 +200,6 @@ def _addresses(ray: Any, details: Mapping[str, Any]) -> list[tuple[str, int]]:
     return [(h, port) for h in sorted(set(hosts))] or [(host, port)]
 
 
-def refresh(session: Any, record: EndpointRecord) -> EndpointRecord | None:
-    """Bring the record in line with its Serve application; None once it is gone."""
-    if record.status not in (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE,
-                             EndpointStatus.UPDATING, EndpointStatus.DELETING):
-        return record
-    try:
-        ray = _ray(session)
-    except BackendUnavailableError:
-        return record  # another backend's session: show the record as it stands
-    details = _serve_details(ray)
-    app = (details.get("applications") or {}).get(record.supervisor.get("application"))
-    store = session.metadata
-    if record.status == EndpointStatus.DELETING:
-        if app is None:
-            store.delete_endpoint(record.name)
-            return None
-        return record
-    status = _text(app.get("status")) if app else None
-    try:
-        if status is None:
-            return _fail(store, record, "its Ray Serve application "
-                         f"{record.supervisor.get('application')!r} is gone (the cluster "
-                         "restarted, or it was deleted outside shoal)")
-        if status == "DEPLOY_FAILED" and app is not None:
-            return _fail(store, record, _app_message(app))
-        if status == "RUNNING" and record.status == EndpointStatus.CREATING:
-            for index, (host, port) in enumerate(_addresses(ray, details)):
-                store.put_endpoint_instance(record.name, EndpointInstance(
-                    index, host, port, None, InstanceStatus.IN_SERVICE))
-            store.update_endpoint(record.name, status=EndpointStatus.IN_SERVICE,
-                                  expected=EndpointStatus.CREATING)
-            return store.get_endpoint(record.name)  # type: ignore[no-any-return]
-    except (InvalidTransitionError, EndpointNotFound):
-        return store.find_endpoint(record.name)  # type: ignore[no-any-return]
-    return record
-
-
 def _app_message(app: Mapping[str, Any]) -> str:
     """Serve's reason, shortened to what a person acts on: its first line and the replica's
     own traceback (the innermost one; the outer ones are Ray's plumbing)."""
@@ -308,21 +218,104 @@ def _app_message(app: Mapping[str, Any]) -> str:
     return f"{reason}{f' ({summary})' if summary else ''}:\n{trace}"
 
 
-def _fail(store: Any, record: EndpointRecord, reason: str) -> EndpointRecord:
-    store.update_endpoint(record.name, status=EndpointStatus.FAILED, failure_reason=reason)
-    store.remove_endpoint_instances(record.name)
-    return store.get_endpoint(record.name)  # type: ignore[no-any-return]
+class RayServeEndpoints:
+    """The ``EndpointBackend`` of endpoints on Ray Serve: one application per endpoint, on
+    the cluster of the session's Ray backend (*backend*); *env* is the client's environment
+    (the replicas get it, less what is machine-specific) and *home* its shoal home. Serve's
+    HTTP proxies run where *proxy_location* says and listen on *host*:*port*
+    (``SHOAL_RAY_SERVE_*``); a replica re-resolves a model's requirements after
+    *resolve_ttl_s* (``SHOAL_ENV_RESOLVE_TTL_SECONDS``)."""
 
+    def __init__(self, backend: RayJobs, artifacts: ArtifactStore, *, env: Mapping[str, str],
+                 home: Path | str, proxy_location: str, host: str, port: int,
+                 resolve_ttl_s: float) -> None:
+        self._backend = backend
+        self._artifacts = artifacts
+        self._env = dict(env)
+        self._home = Path(home)
+        self._proxy_location = proxy_location
+        self._http = {"host": host, "port": port}
+        self._resolve_ttl_s = resolve_ttl_s
 
-def delete(session: Any, record: EndpointRecord) -> None:
-    """Delete the endpoint's Serve application (waits until its replicas are gone)."""
-    ray = _ray(session)
-    serve = _serve()
-    try:
-        serve.delete(str(record.supervisor.get("application")), _blocking=True)
-    except ray.exceptions.RayError as e:
-        raise BackendUnavailableError(f"cannot delete the Ray Serve application of endpoint "
-                                      f"{record.name!r}: {e}", endpoint=record.name) from e
+    def _ray(self) -> Any:
+        """The ray module, connected to the session's cluster (through its backend)."""
+        self._backend.alive_nodes()  # connects (token auth included) or says why it cannot
+        import ray
+
+        return ray
+
+    def owns(self, handle: Mapping[str, Any]) -> bool:
+        return handle.get("backend") == BACKEND
+
+    def check(self, config: EndpointConfig) -> None:
+        check_config(config)
+
+    def deploy(self, name: str, *, model_data: str, config: EndpointConfig,
+               code_key: str | None, requirements_key: str | None) -> Mapping[str, Any]:
+        """Run the endpoint's Serve application (without waiting for it)."""
+        artifacts, env = self._artifacts, self._env
+        ray = self._ray()
+        self._backend.check_submission(env)  # the replicas read the model from the store
+        serve = _serve()
+        from ray.serve.api import RunTarget
+
+        spec = {"endpoint": name, "model_uri": ship_model(artifacts, name, model_data),
+                "code_uri": artifacts.uri(code_key) if code_key else None,
+                "batching": config.batching.to_json() if config.batching else None,
+                "startup_timeout_s": config.startup_timeout_s,
+                "requirements_uri": artifacts.uri(requirements_key) if requirements_key
+                else None,
+                "home": str(self._home),
+                "logs_uri": artifacts.uri(endpoint_key(name, "logs")),
+                "resolve_ttl_s": self._resolve_ttl_s}
+        try:
+            serve.start(proxy_location=self._proxy_location, http_options=dict(self._http))
+            ingress = serve.ingress()(EndpointReplica)
+            options = deployment_options(
+                config, replica_env(env, config),
+                spread=self._proxy_location == "HeadOnly")
+            deployment = serve.deployment(**options)(ingress)
+            serve.run_many([RunTarget(deployment.bind(spec), name=app_name(name),
+                                      route_prefix=route_prefix(name))],
+                           wait_for_ingress_deployment_creation=False,
+                           wait_for_applications_running=False)
+        except (ray.exceptions.RayError, RuntimeError, ValueError) as e:
+            raise BackendUnavailableError(f"Ray Serve refused endpoint {name!r}: {e}",
+                                          endpoint=name) from e
+        return {"backend": BACKEND, "application": app_name(name),
+                "route_prefix": route_prefix(name), "pid": 0}
+
+    def refresh(self, record: EndpointRecord) -> RuntimeView:
+        """What the endpoint's Serve application says: running (with the proxies'
+        addresses), failed (with Serve's message) or gone."""
+        try:
+            ray = self._ray()
+        except BackendUnavailableError:
+            return RuntimeView(RuntimeState.UNCHANGED)  # the cluster is out of reach
+        details = _serve_details(ray)
+        application = record.supervisor.get("application")
+        app = (details.get("applications") or {}).get(application)
+        if app is None:
+            return RuntimeView(RuntimeState.GONE, reason=(
+                f"its Ray Serve application {application!r} is gone (the cluster restarted, "
+                "or it was deleted outside shoal)"))
+        status = _text(app.get("status"))
+        if status == "DEPLOY_FAILED":
+            return RuntimeView(RuntimeState.FAILED, reason=_app_message(app))
+        if status == "RUNNING":
+            return RuntimeView(RuntimeState.READY, addresses=tuple(_addresses(ray, details)))
+        return RuntimeView(RuntimeState.UNCHANGED)
+
+    def delete(self, record: EndpointRecord, *, timeout: float) -> None:
+        """Delete the endpoint's Serve application (waits until its replicas are gone)."""
+        ray = self._ray()
+        serve = _serve()
+        try:
+            serve.delete(str(record.supervisor.get("application")), _blocking=True)
+        except ray.exceptions.RayError as e:
+            raise BackendUnavailableError(f"cannot delete the Ray Serve application of "
+                                          f"endpoint {record.name!r}: {e}",
+                                          endpoint=record.name) from e
 
 
 # --- on the replica ----------------------------------------------------------------------

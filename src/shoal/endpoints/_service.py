@@ -1,9 +1,12 @@
 """``EndpointService``: create, wait for, look up and delete endpoints.
 
 Creating an endpoint stores its record (Creating), ships the deployer's code and requirements
-to the artifact store and starts its supervisor (``_supervisor.py``) through the session's
-backend, detached, like a job's: the endpoint outlives the client that deployed it. The
-supervisor moves the record on; this side only waits, reads, and asks for deletion.
+to the artifact store and starts its runtime through an ``EndpointBackend``: a supervisor
+(``_supervisor.py``) launched through the session's backend, detached like a job's, or a Ray
+Serve application (``_ray_serve.py``) when the session's backend is Ray; ``Session`` chooses.
+Either way the endpoint outlives the client that deployed it. This side waits, reads, asks for
+deletion, and records what the backend sees (``RuntimeView``): an endpoint whose runtime is
+gone or failed is marked Failed with the reason, one that became ready goes InService.
 """
 
 from __future__ import annotations
@@ -12,81 +15,89 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from shoal.core.endpoints import EndpointConfig, EndpointRecord, EndpointStatus
-from shoal.core.jobs import JobName
-from shoal.core.ports import ExecContext
+from shoal.core.endpoints import (
+    EndpointBackend,
+    EndpointConfig,
+    EndpointInstance,
+    EndpointRecord,
+    EndpointStatus,
+    InstanceStatus,
+    RuntimeState,
+    RuntimeView,
+    endpoint_dir,
+    endpoint_key,
+)
+from shoal.core.ports import ArtifactStore, MetadataStore
 from shoal.errors import (
+    BackendUnavailableError,
     EndpointFailedError,
     EndpointNotFound,
+    InvalidArgumentError,
     InvalidTransitionError,
     ServingError,
 )
 
-__all__ = ["EndpointService", "endpoint_dir", "endpoint_key"]
+if TYPE_CHECKING:
+    from shoal.session import Session
 
-_SUPERVISOR_ENTRY = "shoal.endpoints._supervisor:main"
+__all__ = ["EndpointService", "raise_unless_serving"]
+
 _LIVE = (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE, EndpointStatus.UPDATING)
 
 
-def endpoint_key(name: str, *parts: str) -> str:
-    """``endpoints/<name>/...`` in the artifact store."""
-    return "/".join(("endpoints", name, *parts))
-
-
-def endpoint_dir(home: Path | str, name: str) -> Path:
-    """Where an endpoint's supervisor stages its model and keeps its instances' logs."""
-    return Path(home) / "endpoints" / name
-
-
 class EndpointService:
-    """The use cases of endpoints, over one session's stores and backend."""
+    """The use cases of endpoints, over one metadata store, artifact store and the endpoint
+    backends a session chose: the first deploys new endpoints; each record is managed by the
+    backend that ``owns`` its handle (one none owns is shown as it stands)."""
 
-    def __init__(self, session: Any) -> None:
-        self._session = session
+    def __init__(self, metadata: MetadataStore, artifacts: ArtifactStore,
+                 backends: Sequence[EndpointBackend], *, home: Path | str) -> None:
+        if not backends:
+            raise InvalidArgumentError("an EndpointService needs at least one endpoint "
+                                       "backend (Session.endpoint_backends)",
+                                       argument="backends")
+        self.metadata = metadata
+        self._artifacts = artifacts
+        self._backends = tuple(backends)
+        self._home = Path(home)
 
-    @property
-    def metadata(self) -> Any:
-        return self._session.metadata
+    @classmethod
+    def for_session(cls, session: Session) -> EndpointService:
+        """The service over *session*'s stores and endpoint backends."""
+        return cls(session.metadata, session.artifacts, session.endpoint_backends,
+                   home=session.home)
+
+    def _owner(self, record: EndpointRecord) -> EndpointBackend | None:
+        return next((b for b in self._backends if b.owns(record.supervisor)), None)
 
     # --- creating -----------------------------------------------------------------------
 
     def create(self, name: str, *, model_data: str, config: EndpointConfig,
                code_archive: Path | None = None,
                requirements: str | None = None) -> EndpointRecord:
-        """Store the endpoint (Creating) and start its supervisor, or, with the Ray backend,
-        its Ray Serve application."""
-        session = self._session
-        on_serve = self._on_ray_serve()
-        if on_serve:
-            from shoal.endpoints import _ray_serve
-
-            _ray_serve.check_config(config)
-        record: EndpointRecord = self.metadata.create_endpoint(name, model_data=model_data,
-                                                               config=config)
+        """Store the endpoint (Creating) and start its runtime: its supervisor, or, with the
+        Ray backend, its Ray Serve application."""
+        backend = self._backends[0]
+        backend.check(config)
+        record = self.metadata.create_endpoint(name, model_data=model_data, config=config)
         try:
-            artifacts = session.artifacts
+            artifacts = self._artifacts
             for part in ("code", "env"):
                 artifacts.delete_prefix(endpoint_key(name, part))
+            code_key = requirements_key = None
             if code_archive is not None:
-                artifacts.put_file(endpoint_key(name, "code", "code.tar.gz"), code_archive)
+                code_key = endpoint_key(name, "code", "code.tar.gz")
+                artifacts.put_file(code_key, code_archive)
             if requirements is not None:
-                artifacts.put_bytes(endpoint_key(name, "env", "requirements.txt"),
-                                    requirements.encode())
-            if on_serve:
-                handle = _ray_serve.deploy(
-                    session, name, model_data=model_data, config=config,
-                    code_key=endpoint_key(name, "code", "code.tar.gz") if code_archive else None,
-                    requirements_key=(endpoint_key(name, "env", "requirements.txt")
-                                      if requirements is not None else None))
-                self.metadata.set_endpoint_supervisor(name, handle)
-            else:
-                info = session.backend.launch(ExecContext(
-                    job=JobName(f"endpoint-{name}"), entrypoint=_SUPERVISOR_ENTRY,
-                    args=(name,), env=session.supervisor_env()))
-                self.metadata.set_endpoint_supervisor(name, info.to_json())
+                requirements_key = endpoint_key(name, "env", "requirements.txt")
+                artifacts.put_bytes(requirements_key, requirements.encode())
+            handle = backend.deploy(name, model_data=model_data, config=config,
+                                    code_key=code_key, requirements_key=requirements_key)
+            self.metadata.set_endpoint_supervisor(name, handle)
         except EndpointNotFound:
             raise  # deleted while it was being created
         except Exception as e:
@@ -95,13 +106,6 @@ class EndpointService:
                                               failure_reason=f"could not start: {e}")
             raise
         return record
-
-    def _on_ray_serve(self) -> bool:
-        """Endpoints go to Ray Serve when the session's backend is Ray."""
-        return getattr(self._session.backend, "name", None) == "ray"
-
-    def supervisor_log(self, name: str) -> Path:
-        return Path(self._session.home) / "run" / "supervisors" / f"endpoint-{name}.log"
 
     def wait(self, name: str, *, timeout: float | None = None) -> EndpointRecord:
         """Block until *name* is InService; raise EndpointFailedError (with the reason) if it
@@ -126,7 +130,7 @@ class EndpointService:
 
     def failure(self, record: EndpointRecord) -> EndpointFailedError:
         reason = record.failure_reason or f"the endpoint is {record.status}"
-        logs = self._session.artifacts.uri(endpoint_key(record.name, "logs"))
+        logs = self._artifacts.uri(endpoint_key(record.name, "logs"))
         return EndpointFailedError(
             f"endpoint {record.name!r} failed: {reason}\nLogs: {logs}; delete it with "
             f"'shoal endpoints delete {record.name}' before deploying under this name again",
@@ -149,39 +153,49 @@ class EndpointService:
         return [r for r in map(self._reap, self.metadata.list_endpoints()) if r is not None]
 
     def _reap(self, record: EndpointRecord) -> EndpointRecord | None:
-        """An endpoint whose supervisor is gone can serve no more: say so on its record. One
-        on Ray Serve follows its application instead."""
+        """Bring a live (or Deleting) record in line with what its backend sees: an endpoint
+        whose runtime is gone can serve no more, so say so on its record; a Deleting one
+        whose runtime is gone is finished off (None)."""
         if record.status not in (*_LIVE, EndpointStatus.DELETING) or not record.supervisor:
             return record
-        if record.supervisor.get("backend") == "ray-serve":
-            from shoal.endpoints import _ray_serve
-
-            return _ray_serve.refresh(self._session, record)
-        if self._session.backend.is_alive(record.supervisor) is not False:
+        owner = self._owner(record)
+        if owner is None:
+            return record  # another session's kind of endpoint: show it as it stands
+        view = owner.refresh(record)
+        if view.state == RuntimeState.UNCHANGED:
             return record
         if record.status == EndpointStatus.DELETING:
+            if view.state != RuntimeState.GONE:
+                return record
             self._clean_up(record)
             return None
-        _stop_instances(record)
-        log = self.supervisor_log(record.name)
         try:
-            tail = "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-20:])
-        except OSError:
-            tail = ""
-        with contextlib.suppress(InvalidTransitionError, EndpointNotFound):
-            record = self.metadata.update_endpoint(
-                record.name, status=EndpointStatus.FAILED,
-                failure_reason=f"the endpoint's supervisor (pid {record.supervisor.get('pid')})"
-                               f" is gone, so nothing restarts its instances; its log ({log}) "
-                               f"ends with:\n{tail}")
-            self.metadata.remove_endpoint_instances(record.name)
-            record = self.metadata.get_endpoint(record.name)
-        return record
+            return self._record_view(record, view)
+        except (InvalidTransitionError, EndpointNotFound):
+            return self.metadata.find_endpoint(record.name)  # moved on meanwhile
+
+    def _record_view(self, record: EndpointRecord, view: RuntimeView) -> EndpointRecord:
+        name = record.name
+        if view.state == RuntimeState.READY:
+            if record.status != EndpointStatus.CREATING:
+                return record
+            for index, (host, port) in enumerate(view.addresses):
+                self.metadata.put_endpoint_instance(name, EndpointInstance(
+                    index, host, port, None, InstanceStatus.IN_SERVICE))
+            self.metadata.update_endpoint(name, status=EndpointStatus.IN_SERVICE,
+                                          expected=EndpointStatus.CREATING)
+            return self.metadata.get_endpoint(name)
+        _stop_instances(record)
+        self.metadata.update_endpoint(
+            name, status=EndpointStatus.FAILED,
+            failure_reason=view.reason or f"the endpoint's runtime is {view.state}")
+        self.metadata.remove_endpoint_instances(name)
+        return self.metadata.get_endpoint(name)
 
     # --- deleting -----------------------------------------------------------------------
 
     def delete(self, name: str, *, timeout: float = 60.0) -> None:
-        """Stop the endpoint's instances and remove its record (waits up to *timeout*)."""
+        """Stop the endpoint's runtime and remove its record (waits up to *timeout*)."""
         record = self.metadata.find_endpoint(name)
         if record is None:
             raise EndpointNotFound(f"no endpoint named {name!r}; 'shoal endpoints list' shows "
@@ -189,31 +203,19 @@ class EndpointService:
         if record.status != EndpointStatus.DELETING:
             with contextlib.suppress(InvalidTransitionError):
                 record = self.metadata.update_endpoint(name, status=EndpointStatus.DELETING)
-        backend = self._session.backend
-        if record.supervisor.get("backend") == "ray-serve":
-            from shoal.endpoints import _ray_serve
-
-            _ray_serve.delete(self._session, record)
-            self.metadata.delete_endpoint(name)
-            self._remove_files(name)
-            return
-        if record.supervisor and backend.is_alive(record.supervisor):
-            backend.signal_stop(record.supervisor)
-            deadline = time.monotonic() + timeout
-            delay = 0.01
-            while time.monotonic() < deadline:
-                if self.metadata.find_endpoint(name) is None:
-                    self._remove_files(name)
-                    return
-                if backend.is_alive(record.supervisor) is False:
-                    break
-                time.sleep(delay)  # the supervisor stops the instances, then removes the record
-                delay = min(delay * 1.5, 0.2)
-            if backend.is_alive(record.supervisor):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(record.supervisor["pid"]), signal.SIGKILL)
+        if record.supervisor:
+            owner = self._owner(record)
+            if owner is None:
+                raise BackendUnavailableError(
+                    f"endpoint {name!r} runs on {record.supervisor.get('backend')!r}, which "
+                    "this session's backend does not manage; select the backend that deployed "
+                    "it (SHOAL_BACKEND=ray and SHOAL_RAY_ADDRESS for Ray Serve) to delete it",
+                    endpoint=name)
+            owner.delete(record, timeout=timeout)  # a supervisor removes the record itself
         current = self.metadata.find_endpoint(name)
-        if current is not None:
+        if current is None:
+            self._remove_files(name)
+        else:
             self._clean_up(current)
 
     def _clean_up(self, record: EndpointRecord) -> None:
@@ -228,11 +230,10 @@ class EndpointService:
         CloudWatch logs outlive an endpoint."""
         import shutil
 
-        shutil.rmtree(endpoint_dir(self._session.home, name), ignore_errors=True)
-        artifacts = self._session.artifacts
+        shutil.rmtree(endpoint_dir(self._home, name), ignore_errors=True)
         for part in ("code", "env", "model"):
             with contextlib.suppress(Exception):
-                artifacts.delete_prefix(endpoint_key(name, part))
+                self._artifacts.delete_prefix(endpoint_key(name, part))
 
 
 def _stop_instances(record: EndpointRecord) -> None:

@@ -10,6 +10,9 @@ the end of its output (a traceback, usually) and its log is kept in the artifact
 ``endpoints/<name>/logs/``.
 
 The servers die with the supervisor (PR_SET_PDEATHSIG), so no orphan keeps a port.
+
+``SupervisedEndpoints`` is the client's side: the ``EndpointBackend`` that launches a
+supervisor through the session's backend, tells whether it still runs, and stops it.
 """
 
 from __future__ import annotations
@@ -23,17 +26,25 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.backends import BACKENDS
 from shoal.core.endpoints import (
+    EndpointConfig,
     EndpointInstance,
     EndpointRecord,
     EndpointStatus,
     InstanceStatus,
+    RuntimeState,
+    RuntimeView,
+    endpoint_dir,
+    endpoint_key,
 )
-from shoal.endpoints._service import endpoint_dir, endpoint_key
+from shoal.core.jobs import JobName
+from shoal.core.ports import Backend, ExecContext
 from shoal.endpoints._staging import (
     code_requirements,
     requirements_base,
@@ -43,9 +54,10 @@ from shoal.endpoints._staging import (
 )
 from shoal.errors import ArtifactNotFound, EndpointNotFound, InvalidTransitionError, ShoalError
 
-__all__ = ["EndpointSupervisor", "main"]
+__all__ = ["EndpointSupervisor", "SupervisedEndpoints", "main"]
 
 HOST = "127.0.0.1"
+ENTRY = "shoal.endpoints._supervisor:main"
 SERVER_MODULE = "shoal.serving"
 #: What the model server imports, pinned to the client's versions in a model's own env.
 SERVER_DISTRIBUTIONS = ("uvicorn", "httptools", "uvloop", "numpy", "onnxruntime",
@@ -409,6 +421,66 @@ class EndpointSupervisor:
             if inst.log.exists():
                 with contextlib.suppress(Exception):
                     artifacts.put_file(endpoint_key(self._name, "logs", inst.log.name), inst.log)
+
+
+class SupervisedEndpoints:
+    """The ``EndpointBackend`` of one detached supervisor per endpoint, launched through the
+    session's backend (like a job's supervisor) with the client's environment *env*."""
+
+    def __init__(self, backend: Backend, *, env: Mapping[str, str], home: Path | str) -> None:
+        self._backend = backend
+        self._env = dict(env)
+        self._home = Path(home)
+
+    def owns(self, handle: Mapping[str, Any]) -> bool:
+        """A supervisor's handle is the launch handle of a job backend."""
+        return handle.get("backend") in BACKENDS
+
+    def check(self, config: EndpointConfig) -> None:
+        """Any config: the supervisor checks the model and its ports itself."""
+
+    def deploy(self, name: str, *, model_data: str, config: EndpointConfig,
+               code_key: str | None, requirements_key: str | None) -> Mapping[str, Any]:
+        """Launch the supervisor; it reads the model, code and config from the record."""
+        info = self._backend.launch(ExecContext(
+            job=JobName(f"endpoint-{name}"), entrypoint=ENTRY, args=(name,), env=self._env))
+        return info.to_json()
+
+    def log(self, name: str) -> Path:
+        """The supervisor's own output (the launcher writes it)."""
+        return self._home / "run" / "supervisors" / f"endpoint-{name}.log"
+
+    def refresh(self, record: EndpointRecord) -> RuntimeView:
+        """Gone once the supervisor is, with the end of its log as the reason: nothing
+        restarts the instances then."""
+        if self._backend.is_alive(record.supervisor) is not False:
+            return RuntimeView(RuntimeState.UNCHANGED)
+        log = self.log(record.name)
+        try:
+            tail = "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-20:])
+        except OSError:
+            tail = ""
+        return RuntimeView(RuntimeState.GONE, reason=(
+            f"the endpoint's supervisor (pid {record.supervisor.get('pid')}) is gone, so "
+            f"nothing restarts its instances; its log ({log}) ends with:\n{tail}"))
+
+    def delete(self, record: EndpointRecord, *, timeout: float) -> None:
+        """SIGTERM the supervisor (it stops the instances and removes the record), then wait
+        for it to end; SIGKILL it after *timeout*."""
+        handle = record.supervisor
+        if not self._backend.is_alive(handle):
+            return
+        self._backend.signal_stop(handle)
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while time.monotonic() < deadline:
+            if self._backend.is_alive(handle) is False:
+                return
+            time.sleep(delay)  # the supervisor stops the instances, then removes the record
+            delay = min(delay * 1.5, 0.2)
+        if self._backend.is_alive(handle):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(handle["pid"]), signal.SIGKILL)
 
 
 def main(name: str) -> int:
