@@ -35,8 +35,8 @@ def _submit_without_launch(session, func, *args):
     salt = new_salt()
     key = payload_key(svc.keys.secret(spec.name, salt))
     record = session.metadata.create_job(spec, key_salt=salt, backend="local")
-    svc._put_payload(spec.name, "function", serialize(func, key, what="function"))
-    svc._put_payload(spec.name, "arguments", serialize((args, {}), key, what="arguments"))
+    svc.put_payload(spec.name, "function", serialize(func, key, what="function"))
+    svc.put_payload(spec.name, "arguments", serialize((args, {}), key, what="arguments"))
     return record
 
 
@@ -58,7 +58,7 @@ def test_payload_signed_with_another_key_is_refused(session):
 
     record = _submit_without_launch(session, double, 21)
     forged = serialize(lambda *a: "forged", new_key(), what="function")
-    session.jobs._put_payload(record.name, "function", forged)
+    session.jobs.put_payload(record.name, "function", forged)
     session.jobs.launch(record)
     final = session.jobs.wait(record.name, timeout=60)
     assert final.failure_kind == FailureKind.INTEGRITY

@@ -37,9 +37,10 @@ from shoal.core.secrets import mask_text
 from shoal.jobs._batchfiles import read_batch, write_outcomes
 from shoal.jobs._batchoutput import MarkedOutput
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
+from shoal.jobs._outcomes import Outcome, ended_by_shoal, killed_text
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import WarmExecutor, killpg
-from shoal.jobs.driver import Outcome, hidden_values
+from shoal.jobs.driver import hidden_values
 from shoal.jobs.logsink import LogSink
 from shoal.jobs.service import log_key
 from shoal.serialization import Payload
@@ -93,7 +94,7 @@ class BatchRun:
     def __init__(self, sup: Supervisor, batch: str, names: Sequence[str],
                  notify: Notify | None) -> None:
         self._sup = sup
-        self._svc = sup._svc
+        self._svc = sup.service
         self._batch = batch
         self._names = list(names)
         self._notify = notify
@@ -106,7 +107,7 @@ class BatchRun:
         self._hidden: tuple[str, ...] = ()  # secret values the jobs can see: masked
         # Each call runs in this worker's scratch directory; a call that leaves files in it
         # keeps them as its own workdir (``_executor._keep_workdir``).
-        self._scratch = sup._work_root / f"worker-{os.getpid()}"
+        self._scratch = sup.work_root / f"worker-{os.getpid()}"
         self._executor: WarmExecutor | None = None
         self._began = False  # a call began on the current executor
         self._part = 0  # outcome parts written
@@ -116,9 +117,7 @@ class BatchRun:
 
     def run(self) -> int:
         sup = self._sup
-        sup._install_signals()
-        sup._stop = False
-        sup._current = None
+        sup.begin(None)
         try:
             if not self._take():
                 return 0
@@ -127,7 +126,7 @@ class BatchRun:
             try:
                 self._run_calls()
             finally:
-                sup._slots.release()
+                sup.release_slot()
                 # What the calls started and left (a scan per call would slow batches down).
                 sup.end_leftovers(self._spec.stop_grace_period_in_seconds)
         except Exception as e:  # a store failure or a shoal bug: never leave a job running
@@ -169,8 +168,7 @@ class BatchRun:
         return bool(todo)
 
     def _acquire_slot(self) -> bool:
-        sup = self._sup
-        while sup._slots.acquire(lambda: sup._stop) is None:
+        while not self._sup.acquire_slot():
             self._on_stop(None)
             if all(c.state == "ended" for c in self._calls.values()):
                 self._flush()
@@ -183,9 +181,7 @@ class BatchRun:
         self._scratch.mkdir(parents=True, exist_ok=True)
         try:
             sink = self._sink_for(self._names[0])
-            sup._plan = sup._preparer.prepare(self._record, self._scratch, sink, inline_ok=True)
-            env = sup._child_env(spec, "", self._names[0])
-            env.pop("SHOAL_JOB_KEY", None)
+            env = sup.prepare_batch(self._record, self._scratch, sink)
         except PrepareError as e:
             for call in self._calls.values():
                 if call.state != "ended":
@@ -194,7 +190,7 @@ class BatchRun:
             return
         deaths = 0
         while any(c.state == "queued" for c in self._calls.values()):
-            self._round(sup._executor_for(spec), env)
+            self._round(sup.executor_for(spec), env)
             deaths = 0 if self._began else deaths + 1
             if deaths >= 3:
                 for call in self._calls.values():
@@ -245,13 +241,13 @@ class BatchRun:
         ctrl = executor.ctrl
         sel = selectors.DefaultSelector()
         sel.register(ctrl, selectors.EVENT_READ, "ctrl")
-        sel.register(self._sup._wake_r, selectors.EVENT_READ, "wake")
+        sel.register(self._sup.wake_fd, selectors.EVENT_READ, "wake")
         watching = False
         self._next_drain = time.monotonic() + DRAIN_SECONDS
         inbox = bytearray()
         try:
             while self._open:
-                if self._sup._stop:
+                if self._sup.signalled:
                     self._on_stop(executor)
                 if time.monotonic() >= self._next_drain:
                     if self._output.read(executor.out_fd) >= CHATTY_BYTES and not watching:
@@ -260,8 +256,7 @@ class BatchRun:
                     self._next_drain = time.monotonic() + DRAIN_SECONDS
                 for key, _ in sel.select(self._timeout()):
                     if key.data == "wake":
-                        with contextlib.suppress(BlockingIOError):
-                            os.read(self._sup._wake_r, 512)
+                        self._sup.drain_wakeups()
                     elif key.data == "out":
                         self._output.read(executor.out_fd)
                     else:
@@ -296,7 +291,7 @@ class BatchRun:
         data = first
         if more:
             head = {"calls": [{"i": c.index, "job": c.name, "key": c.key,
-                               "workdir": str(self._sup._work_root / f"{c.name}.1")}
+                               "workdir": str(self._sup.work_root / f"{c.name}.1")}
                               for c in more],
                     "sizes": [len(b) for c in more for b in c.blobs]}
             data += json.dumps(head).encode() + b"\n" + b"".join(b for c in more for b in c.blobs)
@@ -379,19 +374,12 @@ class BatchRun:
             self._end(call, self._died_outcome(call, rc), at=ended)
 
     def _died_outcome(self, call: _Call, rc: int) -> Outcome:
-        """How a call ends whose process ended under it (as ``Supervisor._conclude`` says)."""
-        if call.stop:
-            return Outcome(JobStatus.STOPPED, reason="stopped on request", exit_code=rc)
-        if call.timed_out:
-            return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
-                           f"exceeded max_runtime_in_seconds="
-                           f"{self._spec.max_runtime_in_seconds}; the job was killed (SIGKILL)",
-                           exit_code=rc)
+        """How a call ends whose process ended under it (as for a job of its own)."""
+        ended = ended_by_shoal(self._spec, rc, stopped=call.stop, timed_out=call.timed_out)
+        if ended is not None:
+            return ended
         if rc < 0:
-            sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            return Outcome(JobStatus.FAILED, FailureKind.SIGNAL,
-                           f"the job process was killed by signal {sig} ({-rc}), which shoal "
-                           "did not send (out of memory, or killed from outside)", exit_code=rc)
+            return Outcome(JobStatus.FAILED, FailureKind.SIGNAL, killed_text(rc), exit_code=rc)
         tail = call.sink.tail(20) if call.sink is not None else ""
         return Outcome(JobStatus.FAILED, FailureKind.EXIT_CODE,
                        f"the job process exited with code {rc}; last output:\n{tail}",
@@ -407,7 +395,7 @@ class BatchRun:
             rc = -int(signal.SIGKILL)
         executor.alive = False
         executor.close()
-        self._sup._executor = None
+        self._sup.forget_executor()
         self._kill_at = None
         call = self._current
         if call is not None and call.state == "begun":
@@ -437,7 +425,7 @@ class BatchRun:
 
     def _sink_for(self, name: str) -> LogSink:
         # A job that prints nothing gets no log file: LogSink opens it at the first write.
-        return LogSink(self._svc.artifacts, log_key(name), self._sup._work_root / f"{name}.log",
+        return LogSink(self._svc.artifacts, log_key(name), self._sup.work_root / f"{name}.log",
                        redact=self._hidden)
 
     # --- state ----------------------------------------------------------------------------
@@ -534,7 +522,7 @@ class BatchRun:
         """A SIGTERM: stop the calls whose jobs were asked to stop; if none was, the worker
         retires after this batch (as for a single job)."""
         sup = self._sup
-        sup._stop = False
+        sup.take_signal()
         if executor is not None:
             self._output.read(executor.out_fd)  # which call runs now
         open_calls = [c for c in self._calls.values() if c.state != "ended"]
@@ -544,7 +532,8 @@ class BatchRun:
             names=[c.name for c in open_calls], statuses=(JobStatus.STOPPING,),
             limit=len(open_calls)))}
         if not asked:  # a SIGTERM nobody asked for through a job
-            sup._retire_after = True
+            sup.retire_later(f"a stop signal came, but no job of batch {self._batch} was "
+                             "asked to stop")
             return
         skip = []
         for call in open_calls:
@@ -579,5 +568,5 @@ def _own_handle(sup: Supervisor) -> dict[str, Any]:
     pid = os.getpid()
     if pid not in _HANDLE:
         _HANDLE.clear()
-        _HANDLE[pid] = sup._own_handle()
+        _HANDLE[pid] = sup.own_handle()
     return _HANDLE[pid]

@@ -18,15 +18,14 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
-from shoal.core.secrets import StreamRedactor, mask_text
+from shoal.core.secrets import mask_text
 from shoal.errors import InvalidTransitionError, ShoalError
 from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
-from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
+from shoal.jobs._outcomes import Outcome, conclude
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
     ExecProcess,
@@ -44,12 +43,11 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
-from shoal.jobs._workfiles import collect, drop_copies
+from shoal.jobs._workfiles import drop_copies
 from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen, take_handover
-from shoal.jobs.logsink import LogSink
+from shoal.jobs.logsink import LogSink, StdoutSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
-from shoal.serialization import Payload
 from shoal.serialization.keys import payload_key
 
 __all__ = ["Outcome", "Supervisor"]
@@ -63,15 +61,6 @@ _NOT_INHERITED = ("SHOAL_JOB_KEY", JOB_SECRETS_VAR)
 def hidden_values(spec: JobSpec) -> tuple[str, ...]:
     """The secret values a job of *spec* can see here (``keys.secret_values_seen``)."""
     return secret_values_seen(spec.environment_variables, os.environ)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    status: JobStatus
-    kind: FailureKind | None = None
-    reason: str | None = None
-    exit_code: int | None = None
-    retry: bool = False
 
 
 class Supervisor:
@@ -102,16 +91,87 @@ class Supervisor:
                                   fork=self._fork, payloads=service.get_payload)
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
-        self._subreaper = False  # adopts what the job's processes orphan (_install_signals)
+        self._subreaper = False  # adopts what the job's processes orphan (install_signals)
         # Sees the output of a script job as it streams; syncs a job's checkpoints meanwhile.
         self._tap: TrainingAttempt | CheckpointTap | None = None
         self._hidden: tuple[str, ...] = ()  # the current job's secret values (masked)
         #: called once, just before the next job's end is recorded
         self.before_finish: Callable[[], None] | None = None
 
+    # --- what a batch (``_batchrun.py``) runs through ------------------------------------
+
+    @property
+    def service(self) -> JobService:
+        return self._svc
+
+    @property
+    def work_root(self) -> Path:
+        return self._work_root
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable when a signal arrived (``signal.set_wakeup_fd``); drain with
+        ``drain_wakeups``."""
+        return self._wake_r
+
+    def drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_r, 512)
+
+    def begin(self, job: str | None) -> None:
+        """Before a job (or a batch: *job* None) is taken: signals handled, no stop pending,
+        and a later stop signal checked against *job*'s record."""
+        self.install_signals()
+        self._stop = False
+        self._current = job
+
+    @property
+    def signalled(self) -> bool:
+        """A stop signal arrived that nothing has acted on yet."""
+        return self._stop
+
+    def take_signal(self) -> bool:
+        """Whether a stop signal arrived since the last call (and clear it)."""
+        signalled, self._stop = self._stop, False
+        return signalled
+
+    def retire_later(self, why: str) -> None:
+        """A stop signal that no job asked for: finish what runs, then retire (a warm worker
+        serves no further job)."""
+        if not self._retire_after:
+            sys.stderr.write(f"[shoal] warm supervisor pid {os.getpid()}: {why}; it retires "
+                             "after this job\n")
+        self._retire_after = True
+
+    def acquire_slot(self) -> bool:
+        """Wait for a slot of this machine; False when a stop signal came first."""
+        return self._slots.acquire(lambda: self._stop) is not None
+
+    def release_slot(self) -> None:
+        self._slots.release()
+
+    def prepare_batch(self, record: JobRecord, workdir: Path, sink: LogSink) -> dict[str, str]:
+        """Prepare the environment, code and directory the calls of a batch like *record*
+        share; return their process environment (each call gets its own key)."""
+        self._plan = self._preparer.prepare(record, workdir, sink, inline_ok=True)
+        env = self._child_env(record.spec, "", record.name)
+        env.pop("SHOAL_JOB_KEY", None)
+        return env
+
+    def executor_for(self, spec: JobSpec) -> WarmExecutor:
+        """The persistent executor, started (again) when there is none fit for *spec*."""
+        return self._executor_for(spec)
+
+    def forget_executor(self) -> None:
+        """The executor died (its caller reaped it): the next job starts a fresh one."""
+        self._executor = None
+
     # --- signals ----------------------------------------------------------------------
 
-    def _install_signals(self) -> None:
+    def install_signals(self, stop: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+                        ) -> None:
+        """Take *stop* as stop signals (once per process), wake the watch loops on any
+        signal, and adopt what the job's processes orphan."""
         if self._wake_r >= 0:
             return
         # Orphans of the job (a setsid child whose parent exited, a double fork) come to us,
@@ -125,16 +185,14 @@ class Supervisor:
         def on_term(signum: int, frame: Any) -> None:
             self._stop = True
 
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(signal.SIGINT, on_term)
+        for sig in stop:
+            signal.signal(sig, on_term)
 
     # --- the job ----------------------------------------------------------------------
 
     def run(self, name: str) -> int:
-        self._install_signals()
+        self.begin(name)
         self._svc.hand_over(take_handover(os.environ))  # before any job code runs
-        self._stop = False
-        self._current = name
         self._hidden = ()
         record = self._svc.get(name)
         if record.status == JobStatus.STOPPING:
@@ -144,7 +202,7 @@ class Supervisor:
             logger.warning("job %s is %s; nothing to supervise", name, record.status)
             return 0
         if self._warm:  # a warm worker was handed this job: say who supervises it, now
-            self._svc.metadata.set_handle(name, self._own_handle())
+            self._svc.metadata.set_handle(name, self.own_handle())
         try:
             record = self._svc.unseal(record)  # its secret variables, decrypted
         except ShoalError as e:
@@ -300,10 +358,9 @@ class Supervisor:
             return Outcome(JobStatus.FAILED, FailureKind.SUPERVISOR_LOST,
                            f"another host of the job was lost mid-job, and its other ranks "
                            f"were stopped: {lost}", exit_code=rc, retry=True)
-        if training is not None and training.is_script:
-            return self._conclude_script(training, rc, stopped, timed_out, sink)
-        return self._conclude(record, workdir, rc, stopped, timed_out, sink,
-                              inline=getattr(proc, "inline", None))
+        return conclude(self._svc, record, workdir, rc, sink, stopped=stopped,
+                        timed_out=timed_out, training=training,
+                        inline=getattr(proc, "inline", None))
 
     def _training_for(self, record: JobRecord, workdir: Path, sink: LogSink, attempt: int
                       ) -> TrainingAttempt | None:
@@ -331,37 +388,6 @@ class Supervisor:
         tap.setup()
         return tap
 
-    def _conclude_script(self, training: TrainingAttempt, rc: int, stopped: bool,
-                         timed_out: bool, sink: LogSink) -> Outcome:
-        spec = training.spec
-        if stopped:
-            return Outcome(JobStatus.STOPPED, reason="stopped on request", exit_code=rc)
-        if timed_out:
-            return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
-                           f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
-                           "the job was killed (SIGKILL)", exit_code=rc)
-        if rc == 0:
-            try:
-                training.upload_outputs()
-            except (ShoalError, OSError) as e:
-                return Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
-                               f"the script succeeded but its model could not be uploaded: {e}",
-                               exit_code=rc, retry=True)
-            return Outcome(JobStatus.COMPLETED, exit_code=0)
-        failure = training.failure_text()
-        if rc < 0:
-            sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            what = (f"the training process was killed by signal {sig} ({-rc}), which shoal "
-                    "did not send (out of memory, or killed from outside)")
-            retry = True
-        else:
-            what = f"the training script {training.cfg.get('entry_point')} exited with code {rc}"
-            retry = False
-        reason = f"AlgorithmError: {failure}\n({what})" if failure else \
-            f"AlgorithmError: {what}; last output:\n{sink.tail(20)}"
-        return Outcome(JobStatus.FAILED, FailureKind.SIGNAL if rc < 0 else FailureKind.EXIT_CODE,
-                       reason, exit_code=rc, retry=retry)
-
     def run_host(self, name: str, attempt: int, host_index: int, master_addr: str,
                  master_port: int) -> int:
         """Run the ranks of host *host_index* of a job placed on several nodes, on this node:
@@ -378,14 +404,14 @@ class Supervisor:
             sys.stdout.write(f"[shoal] {host} cannot run job {name}: {e}\n")
             return 1
         # A LogSink's write and tail, on stdout (the first host's supervisor redacts again).
-        out: Any = _StdoutSink(hidden_values(record.spec))
+        out: Any = StdoutSink(hidden_values(record.spec))
         if record.status.is_terminal or record.status == JobStatus.STOPPING:
             out.write(f"[shoal] {host}: job {name} is {record.status}; not starting\n".encode())
             return 1
         workdir = self._work_root / f"{name}.{attempt}.{host}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        self._install_signals()
+        self.install_signals()
         try:
             self._plan = self._preparer.prepare(record, workdir, out, inline_ok=False)
             env = self._child_env(record.spec, payload_key(self._svc.job_secret(name)), name)
@@ -471,7 +497,8 @@ class Supervisor:
             if self._stop and self._warm and not self._stop_confirmed():
                 # A SIGTERM nobody asked for through the job: finish this job, then retire.
                 self._stop = False
-                self._retire_after = True
+                self.retire_later("a stop signal came, but job "
+                                  f"{self._current} was not asked to stop")
             if self._stop and not stopped and not timed_out:
                 stopped = True
                 killpg(proc.pid, signal.SIGTERM)
@@ -540,7 +567,9 @@ class Supervisor:
         return self._stop or self._retire_after
 
     @staticmethod
-    def _own_handle() -> dict[str, Any]:
+    def own_handle() -> dict[str, Any]:
+        """What the job's record says about its supervisor: this process (and, for a
+        supervisor a cluster backend started, what that backend finds it by)."""
         import socket
 
         from shoal.backends._procfs import start_ticks
@@ -569,65 +598,3 @@ class Supervisor:
             sink.write(data)
             if self._tap is not None:
                 self._tap.on_output(data)
-
-    def _conclude(self, record: JobRecord, workdir: Path, rc: int, stopped: bool,
-                  timed_out: bool, sink: LogSink, inline: dict[str, Any] | None = None) -> Outcome:
-        name, spec = record.name, record.spec
-        if stopped:
-            return Outcome(JobStatus.STOPPED, reason="stopped on request", exit_code=rc)
-        if timed_out:
-            return Outcome(JobStatus.FAILED, FailureKind.TIMEOUT,
-                           f"exceeded max_runtime_in_seconds={spec.max_runtime_in_seconds}; "
-                           "the job was killed (SIGKILL)", exit_code=rc)
-        kind, blobs, detail = collect(workdir, inline)
-        if rc == EXIT_OK and kind == "results" and blobs is not None:
-            self._upload(name, "results", blobs)
-            return Outcome(JobStatus.COMPLETED, exit_code=0)
-        if rc == EXIT_RAISED and kind == "exception" and blobs is not None:
-            self._upload(name, "exception", blobs)
-            return Outcome(JobStatus.FAILED, FailureKind.USER_ERROR,
-                           f"{detail.get('type', 'exception')}: {detail.get('message', '')}",
-                           exit_code=rc)
-        if rc == EXIT_REFUSED and kind == "error":
-            failure = FailureKind(detail.get("kind", FailureKind.INTERNAL))
-            return Outcome(JobStatus.FAILED, failure, str(detail.get("message")), exit_code=rc)
-        if rc < 0:
-            sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            return Outcome(JobStatus.FAILED, FailureKind.SIGNAL,
-                           f"the job process was killed by signal {sig} ({-rc}), which shoal "
-                           "did not send (out of memory, or killed from outside)",
-                           exit_code=rc, retry=True)
-        return Outcome(JobStatus.FAILED, FailureKind.EXIT_CODE,
-                       f"the job process exited with code {rc}; last output:\n"
-                       f"{sink.tail(20)}", exit_code=rc)
-
-    def _upload(self, name: str, kind: str, blobs: tuple[bytes, bytes]) -> None:
-        # Stored before the job's end is recorded: a reader that sees the end finds it.
-        self._svc.put_payloads(name, {kind: Payload(*blobs)})
-
-
-class _StdoutSink:
-    """A log sink on this process's standard output (``run_host``: another process
-    collects it)."""
-
-    def __init__(self, redact: tuple[str, ...] = ()) -> None:
-        self._tail: list[bytes] = []
-        self._redactor = StreamRedactor(redact)
-
-    def write(self, data: bytes) -> None:
-        self._put(self._redactor.feed(data))
-
-    def _put(self, data: bytes) -> None:
-        if not data:
-            return
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        self._tail = (self._tail + data.splitlines())[-50:]
-
-    def tail(self, lines: int) -> str:
-        self._put(self._redactor.flush())
-        return b"\n".join(self._tail[-lines:]).decode(errors="replace")
-
-    def close(self) -> None:
-        self._put(self._redactor.flush())
-        sys.stdout.flush()

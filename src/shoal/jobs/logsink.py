@@ -4,12 +4,13 @@ uploaded every few seconds (and at the end) for object stores."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from shoal.core.secrets import StreamRedactor
 
-__all__ = ["LogSink"]
+__all__ = ["LogSink", "StdoutSink"]
 
 
 class LogSink:
@@ -88,3 +89,30 @@ class LogSink:
         if self._f_obj is not None:
             self._f_obj.close()
         self._closed = True
+
+
+class StdoutSink:
+    """A log sink on this process's standard output (``run_host``: another process
+    collects it)."""
+
+    def __init__(self, redact: tuple[str, ...] = ()) -> None:
+        self._tail: list[bytes] = []
+        self._redactor = StreamRedactor(redact)
+
+    def write(self, data: bytes) -> None:
+        self._put(self._redactor.feed(data))
+
+    def _put(self, data: bytes) -> None:
+        if not data:
+            return
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        self._tail = (self._tail + data.splitlines())[-50:]
+
+    def tail(self, lines: int) -> str:
+        self._put(self._redactor.flush())
+        return b"\n".join(self._tail[-lines:]).decode(errors="replace")
+
+    def close(self) -> None:
+        self._put(self._redactor.flush())
+        sys.stdout.flush()

@@ -392,7 +392,8 @@ class JobService:
         large ones as files (``jobs/_payloads.py``)."""
         store_payloads(self.metadata, self.artifacts, job, payloads)
 
-    def _put_payload(self, job: str, kind: str, payload: Payload) -> None:
+    def put_payload(self, job: str, kind: str, payload: Payload) -> None:
+        """Store one payload of job *job* (``put_payloads``)."""
         self.put_payloads(job, {kind: payload})
 
     def get_payload(self, job: str, kind: str) -> Payload:
