@@ -15,10 +15,8 @@ import contextlib
 import contextvars
 import logging
 import os
-import signal
-import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +24,7 @@ from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
     from shoal.core.endpoints import EndpointBackend
+    from shoal.jobs.worker import WorkerContext
 
 __all__ = ["PLACEHOLDER_ROLE", "Session", "current", "get_execution_role", "rank_host_main",
            "serve_warm_main", "supervisor_main", "use"]
@@ -36,7 +35,7 @@ _SUPERVISOR_PREPARE = "shoal.session:warm_supervisor"
 #: shoal.endpoints sits above the session: its endpoint backends are found by dotted path.
 _SUPERVISED_ENDPOINTS = "shoal.endpoints._supervisor:SupervisedEndpoints"
 _RAY_SERVE_ENDPOINTS = "shoal.endpoints._ray_serve:RayServeEndpoints"
-_PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.storage.sql",
+_PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.jobs.worker", "shoal.storage.sql",
             "fsspec.implementations.local", "shoal.config:_settings_class",
             "shoal.serialization:warm_up")
 
@@ -439,128 +438,54 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     session.metadata.close()  # dispose pooled connections; the engine and its caches stay
 
 
-def _serve_warm(session: Session, supervisor: Any, pool: str, keep_alive: float,
-                endpoint: Any = None) -> None:
-    """Stay alive for *keep_alive* seconds after each job and take the next one handed over
-    (on *endpoint*, or a new one for *pool*)."""
-    from shoal._internal.proctitle import set_title
-    from shoal.jobs._child import replace_environ
+def _worker_context(session: Session) -> WorkerContext:
+    """What a supervisor process takes from *session* (``shoal.jobs.worker``)."""
+    from shoal.jobs.worker import WorkerContext
 
-    if endpoint is None:
-        endpoint = session.backend.warm_endpoint(pool)
-    short = os.path.basename(pool.rstrip("/"))
+    settings = session.settings
+    return WorkerContext(
+        jobs=session.jobs, home=session.home, max_slots=session.max_slots,
+        fork=settings.job_process == "fork", envs=session.env_builder,
+        warm_endpoint=lambda pool, busy: session.backend.warm_endpoint(pool, busy=busy),
+        close=session.close, zygote_idle_seconds=settings.zygote_idle_seconds,
+        checkpoint_sync_seconds=settings.checkpoint_sync_seconds)
+
+
+def _run_worker(session: Session, main: Callable[..., int], *args: str) -> int:
+    """Call the job layer's *main* with *session*'s context (it closes the session)."""
     try:
-        endpoint.release()  # claimable from now on (if the first job did not release it)
-        set_title("warm-worker", f"{short} idle")
-        while (request := endpoint.next_job(keep_alive, supervisor.stop_requested)) is not None:
-            set_title("warm-worker", f"{short} {request.job}")
-            replace_environ(request.env)  # each job runs with its own client's environment
-            try:
-                if request.batch:
-                    supervisor.run_batch(request.job, request.batch, notify=endpoint.notify)
-                else:
-                    supervisor.run(request.job)
-            finally:
-                endpoint.job_done()
-                set_title("warm-worker", f"{short} idle")
-    finally:
-        endpoint.close()
+        ctx = _worker_context(session)
+    except BaseException:
+        session.close()
+        raise
+    return main(ctx, *args)
 
 
-def _supervisor(session: Session, *, warm: bool) -> Any:
-    from shoal.jobs.driver import Supervisor
-    from shoal.jobs.slots import SlotPool
-
-    # A supervisor derives no keys: it knows only the secrets of the jobs handed to it.
-    session.jobs.hand_over({})
-    return Supervisor(session.jobs, work_root=session.home / "work",
-                      slots=SlotPool(session.home / "slots", session.max_slots),
-                      fork=session.settings.job_process == "fork",
-                      envs=session.env_builder, warm=warm,
-                      run_dir=session.home / "run",
-                      zygote_idle_seconds=session.settings.zygote_idle_seconds,
-                      checkpoint_sync_seconds=session.settings.checkpoint_sync_seconds)
-
+# The entry points backends start (``shoal.session:supervisor_main`` ...): wiring only.
 
 def supervisor_main(job: str, *batch: str) -> int:
     """Entry point of a job's supervisor process (forked by the launcher or spawned); with
-    *batch*, *job* names a batch and *batch* its jobs (``JobService.submit_batch``)."""
+    *batch*, *job* names a batch and *batch* its jobs (``shoal.jobs.worker``)."""
     from shoal._internal.proctitle import set_title
+    from shoal.jobs import worker
 
     set_title("supervisor", job)
     session = _WARM.get(_warm_key(os.environ)) or Session()
-    pool = os.environ.get("SHOAL_WARM_POOL_DIR")
-    keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)
-    endpoint = None
-    try:
-        supervisor = _supervisor(session, warm=bool(pool))
-        if pool and keep_alive > 0:
-            # Listen (busy) before the first job ends, and become claimable just before its
-            # end is recorded: a client that sees it end and calls again finds this worker.
-            endpoint = session.backend.warm_endpoint(pool, busy=True)
-            supervisor.before_finish = endpoint.release
-        code = supervisor.run_batch(job, batch) if batch else supervisor.run(job)
-        if endpoint is not None and pool:
-            serving, endpoint = endpoint, None  # _serve_warm closes it
-            _serve_warm(session, supervisor, pool, keep_alive, serving)
-        return code
-    finally:
-        if endpoint is not None:
-            endpoint.close()
-        session.close()
-        sys.stdout.flush()
+    return _run_worker(session, worker.supervisor_main, job, *batch)
 
 
 def rank_host_main(job: str, attempt: str, host_index: str, master_addr: str,
                    master_port: str) -> int:
-    """Entry point of another host of a job placed on several nodes (a Ray placement
-    group's bundle): prepares the job on this node and becomes that host's rank launcher."""
-    session = Session()
-    supervisor = _supervisor(session, warm=False)
-    try:
-        return supervisor.run_host(job, int(attempt), int(host_index), master_addr,
-                                   int(master_port))
-    finally:
-        session.close()
-        sys.stdout.flush()
+    """Entry point of another host of a job placed on several nodes (``shoal.jobs.worker``)."""
+    from shoal.jobs import worker
 
-
-def _ignore_signal(signum: int, frame: Any) -> None:
-    """Note a signal and do nothing else (a handler, not SIG_IGN, which a forked job would
-    inherit)."""
-    sys.stderr.write(f"[shoal] warm supervisor pid {os.getpid()} ignored signal {signum}\n")
+    return _run_worker(Session(), worker.rank_host_main, job, attempt, host_index,
+                       master_addr, master_port)
 
 
 def serve_warm_main() -> int:
     """Entry point of a warm supervisor that starts without a job (a Ray backend's warm
-    actor starts one per node and shape): open the stores and load the supervisor's modules
-    now, then serve the pool in ``SHOAL_WARM_POOL_DIR`` until idle for
-    ``SHOAL_KEEP_ALIVE_SECONDS``."""
-    import importlib
+    actor's; ``shoal.jobs.worker``)."""
+    from shoal.jobs import worker
 
-    session = Session()
-    pool = os.environ["SHOAL_WARM_POOL_DIR"]
-    keep_alive = float(os.environ.get("SHOAL_KEEP_ALIVE_SECONDS") or 0)
-    try:
-        for module in ("shoal.jobs._batchrun", "shoal.jobs._batchfiles"):
-            importlib.import_module(module)
-        from shoal.serialization import warm_up
-
-        warm_up()
-        session.metadata.find_job("shoal-warm-up")
-        _ = session.artifacts
-        supervisor = _supervisor(session, warm=True)
-        # Stop and retire requests come from its actor as SIGUSR2 (WarmHost.signal), handled
-        # from the start, so an idle supervisor asked to retire retires cleanly. SIGTERM and
-        # SIGINT are noted and ignored: idle warm supervisors received SIGTERMs that no shoal
-        # call sent (sender not identified; not the actor's methods) and retired under their
-        # clients. It still dies with its actor (PR_SET_PDEATHSIG).
-        supervisor._install_signals()
-        signal.signal(signal.SIGUSR2, signal.getsignal(signal.SIGTERM))
-        signal.signal(signal.SIGTERM, _ignore_signal)
-        signal.signal(signal.SIGINT, _ignore_signal)
-        _serve_warm(session, supervisor, pool, keep_alive)
-        return 0
-    finally:
-        session.close()
-        sys.stdout.flush()
+    return _run_worker(Session(), worker.serve_warm_main)

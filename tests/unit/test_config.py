@@ -287,8 +287,10 @@ def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
 #: Modules that may read os.environ: settings, and code that starts processes with an
 #: explicit environment (the in-job entry point, the job driver and the backends).
 # Besides config.py, only code that builds a child process's environment, or is the entry
-# point of one (the supervisor in session.py, the job's own process), touches os.environ.
+# point of one (the supervisor in jobs/worker.py and session.py, the job's own process),
+# touches os.environ.
 ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jobs/_process.py",
+                       "jobs/worker.py",
                        "jobs/_zygote.py", "jobs/_executor.py", "jobs/_child.py", "session.py", "envs/_uv.py",
                        "envs/_conda.py",
                        "backends/",
