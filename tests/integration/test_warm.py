@@ -167,3 +167,66 @@ def test_sigterm_retires_an_idle_warm_worker(session):
     os.kill(record.handle["pid"], signal.SIGTERM)
     wait_until(lambda: session.backend.is_alive(record.handle) is False, timeout=30)
     assert quick() == 1  # the next call starts a new worker
+
+
+def _pool_of(session, pid):
+    """The pool directory in which the warm worker *pid* listens."""
+    from shoal.backends._workers import _pool_dirs
+
+    [claim] = [c for d in _pool_dirs(session.home / "run") for c in d.glob(f"{pid}.claim")]
+    return claim.parent
+
+
+def test_a_warm_supervisor_started_without_a_job_takes_stop_signals(session, tmp_path):
+    """What a Ray warm actor starts (shoal.session:serve_warm_main), here in a local pool so
+    that the local backend hands it jobs and signals it: a SIGTERM that a job's record asks
+    for stops that job (JobService.cancel; the CLI's 'jobs stop' on the same home sends the
+    same), and one while it is idle retires it. Its old guard ignored every SIGTERM: the
+    cancelled job ran on and 'shoal workers stop' could only SIGKILL it."""
+    import subprocess
+    import sys
+
+    started = tmp_path / "started"
+
+    def block():
+        import time
+
+        started.write_text("x")
+        while True:
+            time.sleep(0.02)
+
+    with RemoteExecutor(keep_alive_period_in_seconds=300) as e:
+        first = e.submit(pow, 2, 5)
+        assert first.result(timeout=60) == 32
+        worker = _worker_pid(session, first.job_name)
+        pool = _pool_of(session, worker)
+        os.kill(worker, signal.SIGTERM)  # an idle local warm worker retires; ours takes over
+        wait_until(lambda: not (pool / f"{worker}.claim").exists(), timeout=30)
+        env = {**session.supervisor_env(), "SHOAL_WARM_POOL_DIR": str(pool),
+               "SHOAL_KEEP_ALIVE_SECONDS": "300",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        log = open(tmp_path / "warm.log", "wb")  # noqa: SIM115 - the process's log
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from shoal.session import "
+                                 "serve_warm_main; sys.exit(serve_warm_main())"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_until(lambda: (pool / f"{proc.pid}.claim").exists(), timeout=60)
+            future = e.submit(block)
+            wait_until(started.exists, timeout=60)
+            assert _worker_pid(session, future.job_name) == proc.pid
+            future.cancel()  # STOPPING, then SIGTERM to the supervisor's pid
+            wait_until(lambda: session.jobs.get(future.job_name).is_terminal, timeout=30)
+            assert session.jobs.get(future.job_name).status == JobStatus.STOPPED
+            # That stop was asked for: the worker serves on.
+            after = e.submit(pow, 3, 2)
+            assert after.result(timeout=60) == 9
+            assert _worker_pid(session, after.job_name) == proc.pid
+            os.kill(proc.pid, signal.SIGTERM)  # idle: it retires
+            assert proc.wait(timeout=30) == 0
+            assert not (pool / f"{proc.pid}.claim").exists()
+            assert "retires: a stop signal came" in (tmp_path / "warm.log").read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()

@@ -124,12 +124,10 @@ class WarmHost:
         return None if self._proc is None else self._proc.poll()
 
     def signal(self, signum: int) -> bool:
-        """Signal the supervisor; a SIGTERM (stop) reaches it as SIGUSR2, the one it takes
-        from shoal (``serve_warm_main``)."""
+        """Signal the supervisor: a SIGTERM stops the jobs whose records ask for it, else
+        it retires (after its job, if it has one)."""
         if self._proc is None or self._proc.poll() is not None:
             return False
-        if signum == signal.SIGTERM:
-            signum = signal.SIGUSR2
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._proc.pid, signum)
         return True
@@ -150,7 +148,7 @@ class WarmHost:
             except BlockingIOError:
                 return False  # busy with a client's job
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGUSR2)
+                os.kill(self._proc.pid, signal.SIGTERM)
         return True
 
     def run(self, request: dict[str, Any]) -> list[tuple[dict[str, Any], bytes]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,6 +116,9 @@ def serve_warm(supervisor: Supervisor, endpoint: WarmEndpoint, pool: str,
             finally:
                 endpoint.job_done()
                 set_title("warm-worker", f"{short} idle")
+        if supervisor.stop_requested():
+            sys.stderr.write(f"[shoal] warm supervisor pid {os.getpid()} retires: a stop "
+                             "signal came\n")
     finally:
         endpoint.close()
 
@@ -132,12 +134,6 @@ def rank_host_main(ctx: WorkerContext, job: str, attempt: str, host_index: str,
     finally:
         ctx.close()
         sys.stdout.flush()
-
-
-def _ignore_signal(signum: int, frame: object) -> None:
-    """Note a signal and do nothing else (a handler, not SIG_IGN, which a forked job would
-    inherit)."""
-    sys.stderr.write(f"[shoal] warm supervisor pid {os.getpid()} ignored signal {signum}\n")
 
 
 def serve_warm_main(ctx: WorkerContext) -> int:
@@ -157,14 +153,17 @@ def serve_warm_main(ctx: WorkerContext) -> int:
         ctx.jobs.metadata.find_job("shoal-warm-up")
         _ = ctx.jobs.artifacts
         supervisor = ctx.supervisor(warm=True)
-        # Stop and retire requests come from its actor as SIGUSR2 (WarmHost.signal), handled
-        # from the start, so an idle supervisor asked to retire retires cleanly. SIGTERM and
-        # SIGINT are noted and ignored: idle warm supervisors received SIGTERMs that no shoal
-        # call sent (sender not identified; not the actor's methods) and retired under their
-        # clients. It still dies with its actor (PR_SET_PDEATHSIG).
-        supervisor.install_signals((signal.SIGUSR2,))
-        signal.signal(signal.SIGTERM, _ignore_signal)
-        signal.signal(signal.SIGINT, _ignore_signal)
+        # Stop signals from the start (another supervisor installs them with its first job),
+        # so an idle one asked to retire retires cleanly; it dies with its actor in any case
+        # (PR_SET_PDEATHSIG). SIGTERM is a stop signal here as in every supervisor: a job is
+        # stopped only if its record asks for it, else the worker retires after its job (and
+        # says so in its log). It once took only SIGUSR2 and ignored SIGTERM as "sent by no
+        # shoal call": those SIGTERMs were make_room's retire_if_idle to the client's own
+        # idle actors (it spares them since), then no signal at all (keep-alive retirements
+        # behind the claim bug of performance.md). Who sends one: its actor (stop, retire),
+        # a cancel or 'shoal workers stop' from a local session on the same home and host,
+        # 'shoal ray down' (test_a_warm_supervisor_started_without_a_job_takes_stop_signals).
+        supervisor.install_signals()
         serve_warm(supervisor, ctx.warm_endpoint(pool, False), pool, keep_alive)
         return 0
     finally:
