@@ -162,6 +162,12 @@ class Supervisor:
         """The persistent executor, started (again) when there is none fit for *spec*."""
         return self._executor_for(spec)
 
+    def close(self) -> None:
+        """End the persistent executor, if any (this process is done with jobs)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
+
     def forget_executor(self) -> None:
         """The executor died (its caller reaped it): the next job starts a fresh one."""
         self._executor = None

@@ -75,6 +75,7 @@ def supervisor_main(ctx: WorkerContext, job: str, *batch: str) -> int:
     to serve the pool's next jobs."""
     pool, keep_alive = _warm_settings()
     endpoint = None
+    supervisor = None
     try:
         supervisor = ctx.supervisor(warm=bool(pool))
         if pool and keep_alive > 0:
@@ -90,6 +91,8 @@ def supervisor_main(ctx: WorkerContext, job: str, *batch: str) -> int:
     finally:
         if endpoint is not None:
             endpoint.close()
+        if supervisor is not None:
+            supervisor.close()
         ctx.close()
         sys.stdout.flush()
 
@@ -164,7 +167,10 @@ def serve_warm_main(ctx: WorkerContext) -> int:
         # a cancel or 'shoal workers stop' from a local session on the same home and host,
         # 'shoal ray down' (test_a_warm_supervisor_started_without_a_job_takes_stop_signals).
         supervisor.install_signals()
-        serve_warm(supervisor, ctx.warm_endpoint(pool, False), pool, keep_alive)
+        try:
+            serve_warm(supervisor, ctx.warm_endpoint(pool, False), pool, keep_alive)
+        finally:
+            supervisor.close()
         return 0
     finally:
         ctx.close()
