@@ -261,3 +261,39 @@ def flip_stored_byte(session: Any, job: str, kind: str) -> str:
     data[-2] ^= 0xFF
     session.artifacts.put_bytes(key, bytes(data))
     return "file"
+
+
+def old_shape_spec(name: str) -> dict[str, Any]:
+    """A script job's spec JSON as the code before JobSpec's typed parts stored it (all of
+    them under ``extra``), with every key that code wrote (issue #18, item 3)."""
+    return {
+        "name": name, "kind": "script", "function_name": "train.py",
+        "instance_type": "ml.m5.xlarge", "cpus": 4.0, "memory_mib": 16384, "gpus": 1,
+        "allow_cpu_fallback": True, "environment_variables": {"A": "1"}, "dependencies": None,
+        "pre_execution_commands": [], "pre_execution_script": None, "max_runtime_in_seconds": 600,
+        "max_retry_attempts": 3, "stop_grace_period_in_seconds": 2.5,
+        "keep_alive_period_in_seconds": 30, "tags": [["team", "ml"]], "python_version": "3.11",
+        "inert_settings": {},
+        "extra": {
+            "training": {
+                "entry_point": "train.py", "source_key": "j/source/sourcedir.tar.gz",
+                "source_uri": "file:///a/j/source/sourcedir.tar.gz",
+                "hyperparameters": {"epochs": 2},
+                "channels": {"train": {"uri": "file:///data", "input_mode": "File"}},
+                "output_path": None, "output_root": "file:///a",
+                "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                "checkpoint_uri": "file:///ck", "checkpoint_s3_uri": "file:///ck",
+                "checkpoint_local_path": "/opt/ml/checkpoints", "instance_count": 2,
+                "volume_size": 30, "input_mode": "File",
+                "distribution_config": {"torch_distributed": {"enabled": True}},
+                "framework": ["torch", "torch==2.3.*"], "framework_module": "",
+                "estimator": "PyTorch"},
+            "distribution": {"hosts": 2, "per_host": 1, "torchrun": True},
+            "sagemaker_alias": True, "strict_versions": True, "framework_notices": ["n1"],
+            "run": {"experiment_name": "exp", "run_name": "r1"},
+            "gpu_fallback": "ran on CPU: no GPU", "sys_path": ["/src"], "conda_env": "base",
+            "checkpoint_s3_uri": "file:///fn-ck", "workdir_sha256": "cd" * 32,
+            "workdir_files": 4, "workdir_bytes": 99, "batch": {"id": "b7", "index": 2},
+            "client": {"host": "host-a", "pid": 42, "start_ticks": 1234},
+        },
+    }

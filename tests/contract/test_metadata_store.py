@@ -177,6 +177,32 @@ def test_job_payloads_go_with_their_job_record(ctx: Ctx) -> None:
     assert ctx.store.get_job_payload(b, "results") == (b"r", b"{}")
 
 
+def test_a_job_stored_with_the_old_extra_mapping_loads_into_the_typed_fields(ctx: Ctx) -> None:
+    """A row written before JobSpec had typed parts (``"extra": {"training": ...}``) reads
+    back into them, from get_job and list_jobs (issue #18, item 3)."""
+    import json
+
+    from helpers import old_shape_spec
+
+    name = ctx.create("old")
+    engine = sa.create_engine(ctx.url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET spec = :s WHERE name = :n"),
+                         {"s": json.dumps(old_shape_spec(name)), "n": name})
+    finally:
+        engine.dispose()
+    for record in (ctx.store.get_job(name), *ctx.store.list_jobs(JobQuery(names=(name,)))):
+        spec = record.spec
+        assert spec.training is not None and spec.training.entry_point == "train.py"
+        assert spec.training.channels["train"]["uri"] == "file:///data"
+        assert spec.training.checkpoint_s3_uri == "file:///ck"
+        assert spec.distribution is not None and spec.distribution.world == 2
+        assert spec.run is not None and spec.run.run_name == "r1"
+        assert spec.batch is not None and spec.batch.id == "b7"
+        assert spec.keep_alive_period_in_seconds == 30.0
+
+
 # --- update_job ---------------------------------------------------------------------------
 
 def test_lifecycle_timestamps_and_events(ctx: Ctx) -> None:

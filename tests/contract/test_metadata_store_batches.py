@@ -23,6 +23,7 @@ from shoal.core import (
     JobStatus,
     MetadataStore,
 )
+from shoal.core.jobs import BatchRef
 from shoal.errors import AlreadyExistsError, InvalidTransitionError, JobNotFound
 from shoal.storage.sql import SqlMetadataStore
 
@@ -72,7 +73,7 @@ def test_the_store_declares_the_batch_methods(ctx: Ctx) -> None:
 
 def test_create_jobs_records_each_job_as_create_job_does(ctx: Ctx) -> None:
     names = ctx.names(3)
-    specs = [JobSpec(name=n, function_name="m.f", extra={"batch": {"id": "b1", "index": i}})
+    specs = [JobSpec(name=n, function_name="m.f", batch=BatchRef("b1", i))
              for i, n in enumerate(names)]
     created = ctx.store.create_jobs(specs, key_salts=["k0", "k1", "k2"], backend="local")
     assert [r.name for r in created] == names

@@ -2,7 +2,7 @@
 
 ``@remote`` still refuses ``.yml`` dependencies and ``job_conda_env`` (TODO(#3) in
 remote_function/_options.py), so these tests build the spec with RemoteOptions and replace its
-``dependencies`` (or add ``extra["conda_env"]``) before submitting through JobService.
+``dependencies`` (or set ``conda_env``) before submitting through JobService.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ def _run_job(session: Any, func: Callable[[], Any], *, dependencies: Path | None
              conda_env: str | None = None) -> tuple[Any, Any]:
     """(record, outcome or the exception) of *func* run as a job with these dependencies."""
     spec = RemoteOptions().build_spec(func, session)
-    extra = {**spec.extra, **({"conda_env": conda_env} if conda_env else {})}
     spec = dataclasses.replace(spec, dependencies=str(dependencies) if dependencies else None,
-                               extra=extra)
+                               conda_env=conda_env or spec.conda_env)
     record = session.jobs.submit_function(spec, func, (), {})
     record = session.jobs.wait(record.name, timeout=180)
     try:
@@ -298,7 +297,7 @@ def _prepare_builds_for_conda_env_alone() -> bool:
 
 @pytest.mark.skipif(not _prepare_builds_for_conda_env_alone(),
                     reason="TODO(#3): Preparer.prepare() must call _build_env when "
-                           "spec.extra['conda_env'] is set without dependencies")
+                           "spec.conda_env is set without dependencies")
 def test_job_conda_env_alone_runs_the_job_in_the_named_env(session, tmp_path, fake_micromamba):
     from shoal.envs._conda import _run
 

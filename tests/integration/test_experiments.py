@@ -14,6 +14,7 @@ import shoal
 from shoal import RemoteExecutor, remote
 from shoal.analytics import ExperimentAnalytics
 from shoal.core import JobQuery, MetricPoint, RunStatus
+from shoal.core.jobs import RunRef
 from shoal.errors import AlreadyExistsError, InvalidArgumentError, RunNotFound
 from shoal.experiments import Run, current_run_context, load_run
 from shoal.storage.sql import upgrade_schema
@@ -242,7 +243,7 @@ def test_load_run_in_a_remote_job_is_the_callers_run(session):
     assert len(_metrics(session, "remote-exp", "r1", "acc")) == 1234
     jobs = session.metadata.list_jobs(JobQuery(limit=10))
     assert sorted(record.jobs) == sorted(j.name for j in jobs)
-    assert all(j.spec.extra["run"] == {"experiment_name": "remote-exp", "run_name": "r1"}
+    assert all(j.spec.run == RunRef("remote-exp", "r1")
                for j in jobs)
     assert [r.run_name for r in session.metadata.runs_for_job(jobs[0].name)] == ["r1"]
 
@@ -256,7 +257,7 @@ def test_executor_jobs_are_linked_and_jobs_outside_a_run_are_not(session):
     assert len(_metrics(session, "remote-exp", "many", "loss")) == 6
 
     outside = remote(_job_name)()
-    assert "run" not in session.metadata.get_job(outside).spec.extra
+    assert session.metadata.get_job(outside).spec.run is None
     assert session.metadata.runs_for_job(outside) == []
     with pytest.raises(InvalidArgumentError, match="no 'with Run"):
         remote(_train_in_job)(1)

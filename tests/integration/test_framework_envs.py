@@ -75,7 +75,7 @@ def test_sklearn_1_2_1_runs_with_numpy_1_and_sagemaker_as_shoal(session, tmp_pat
     record = session.jobs.get(job)
     ours = f"{sys.version_info.major}.{sys.version_info.minor}"
     py_notice = f"py_version py310 ran on Python {ours}"
-    assert [n for n in record.spec.extra["framework_notices"] if py_notice in n]
+    assert [n for n in record.spec.framework_notices if py_notice in n]
     assert session.jobs.read_log(job).decode().count(py_notice) == 1
 
 
@@ -94,7 +94,7 @@ def test_a_version_without_a_wheel_runs_as_the_nearest_and_says_so(session, tmp_
               f"0.23.2 has no wheel for Python {sys.version_info.major}."
               f"{sys.version_info.minor}")
     record = session.jobs.get(job)
-    assert notice in record.spec.extra["framework_notices"]
+    assert notice in record.spec.framework_notices
     assert session.jobs.read_log(job).decode().count(notice) == 1
 
 

@@ -178,6 +178,6 @@ def test_calls_handed_to_a_warm_worker_together_leave_nothing_behind(
     escapees.extend(pids)
     assert len(pids) == 6
     wait_until(lambda: all_gone(pids), 30, what="the batch's escapees gone")
-    batches = {r.spec.extra.get("batch", {}).get("id") for r in
+    batches = {r.spec.batch and r.spec.batch.id for r in
                session.metadata.list_jobs(JobQuery())}
     assert None not in batches  # they did run as a batch

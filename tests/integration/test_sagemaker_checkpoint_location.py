@@ -37,7 +37,7 @@ def test_a_remote_function_resumes_from_its_checkpoints(session, tmp_path):
     assert second == 5  # started from the uploaded checkpoint
     spec, _ = RemoteOptions().build_job(train.__wrapped__, session,
                                         call_args=(1, CheckpointLocation(checkpoints)))
-    assert spec.extra["checkpoint_s3_uri"] == checkpoints  # on the record, like CheckpointConfig
+    assert spec.checkpoint_s3_uri == checkpoints  # on the record, like CheckpointConfig
 
 
 # --- synced while the job runs, as an estimator's checkpoints are --------------------------

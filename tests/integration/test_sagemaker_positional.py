@@ -141,7 +141,7 @@ def test_estimator_by_position_trains_and_deploys_by_position(session, onnx_dir,
         assert est.model_data.startswith(out.as_uri())
         assert record.spec.inert_settings == {"image_uri": IMAGE, "role": ROLE,
                                               "enable_session_tag_chaining": True}
-        channels = record.spec.extra["training"]["channels"]
+        channels = record.spec.training.channels
         assert list(channels) == ["model"] and channels["model"]["input_mode"] == "File"
         # initial_instance_count, instance_type, serializer, deserializer
         predictor = est.deploy(1, "ml.m5.large", NumpySerializer(), NumpyDeserializer())
@@ -178,11 +178,11 @@ def test_framework_estimator_by_position_and_its_no_effect_settings(session, tmp
         est.fit({"train": TrainingInput(str(src), model_access_config={"AcceptEula": True})},
                 logs=False)
     record = session.jobs.get(est.latest_training_job.name)
-    assert record.spec.extra["training"]["hyperparameters"] == {"n-estimators": 7}
+    assert record.spec.training.hyperparameters == {"n-estimators": 7}
     assert record.spec.inert_settings == {"role": ROLE, "disable_output_compression": True,
                                           "image_uri_region": "us-west-2",
                                           "model_access_config": {"AcceptEula": True}}
-    assert "inert" not in record.spec.extra["training"]["channels"]["train"]
+    assert "inert" not in record.spec.training.channels["train"]
     assert len(_reports(caplog, "image_uri_region")) == 1
     assert len(_reports(caplog, "model_access_config")) == 1
 

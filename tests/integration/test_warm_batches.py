@@ -99,12 +99,12 @@ def test_batched_calls_are_real_jobs(session, tmp_path):
         futures = behind_a_gate(e, tmp_path, shout, [(i,) for i in range(8)])
         assert [f.result(timeout=60) for f in futures] == [i * i for i in range(8)]
     records = _records(session, futures)
-    assert len({r.spec.extra["batch"]["id"] for r in records}) == 1  # one hand-over
+    assert len({r.spec.batch.id for r in records}) == 1  # one hand-over
     assert len({r.handle["pid"] for r in records}) == 1
     keys = [session.jobs.payload_key(r.name) for r in records]
     assert len(set(keys)) == len(keys)  # each job its own key
     for i, (record, key) in enumerate(zip(records, keys, strict=True)):
-        assert record.status is S.COMPLETED and record.spec.extra["batch"]["index"] == i
+        assert record.status is S.COMPLETED and record.spec.batch.index == i
         assert [ev.status for ev in record.events] == [S.PENDING, S.STARTING, S.RUNNING,
                                                        S.COMPLETED]
         times = [ev.at for ev in record.events]
@@ -130,7 +130,7 @@ def test_batched_jobs_from_another_process_and_the_cli(session, tmp_path):
         futures = behind_a_gate(e, tmp_path, shout, [(i,) for i in range(4)])
         assert [f.result(timeout=60) for f in futures] == [0, 1, 4, 9]
     name = futures[3].job_name
-    assert "batch" in session.jobs.get(name).spec.extra
+    assert session.jobs.get(name).spec.batch is not None
     script = textwrap.dedent(f"""
         import shoal
         from shoal.remote_function import get_future
@@ -164,7 +164,7 @@ def test_a_call_that_raises_fails_only_its_own_job(session, tmp_path):
             else:
                 assert future.result(timeout=60) == i
     records = _records(session, futures)
-    assert len({r.spec.extra["batch"]["id"] for r in records}) == 1
+    assert len({r.spec.batch.id for r in records}) == 1
     for i, record in enumerate(records):
         if i in (2, 4):
             assert record.status is S.FAILED
@@ -184,7 +184,7 @@ def test_map_raises_the_first_exception_in_input_order(session):
         assert str(info.value) == "2" and seen == [0, 1]
         assert list(e.map(square, range(30))) == [i * i for i in range(30)]
     batched = [r for r in session.metadata.list_jobs(JobQuery(name_prefix="square-", limit=100))
-               if "batch" in r.spec.extra]
+               if r.spec.batch is not None]
     assert batched  # calls that waited were handed over together
 
 
@@ -202,7 +202,7 @@ def test_cancel_of_a_call_that_has_not_started(session, tmp_path):
         assert [futures[i].result(timeout=60) for i in (0, 2, 3, 4, 5, 7)] == [0, 2, 3, 4, 5, 7]
         wait_until(lambda: session.jobs.get(futures[1].job_name).is_terminal, timeout=30)
     records = _records(session, futures)
-    assert len({r.spec.extra["batch"]["id"] for r in records}) == 1
+    assert len({r.spec.batch.id for r in records}) == 1
     for i, record in enumerate(records):
         if i in (1, 6):
             assert futures[i].cancelled()
@@ -258,12 +258,12 @@ def test_chunksize_bounds_each_hand_over(session):
             e.map(square, [1], chunksize=0)
         assert list(e.map(square, range(6), chunksize=1)) == [i * i for i in range(6)]
         one_by_one = session.metadata.list_jobs(JobQuery(name_prefix="square-", limit=100))
-        assert not any("batch" in r.spec.extra for r in one_by_one)
+        assert not any(r.spec.batch is not None for r in one_by_one)
         assert list(e.map(square, range(12), chunksize=3)) == [i * i for i in range(12)]
     sizes: dict[str, int] = {}
     for r in session.metadata.list_jobs(JobQuery(name_prefix="square-", limit=100)):
-        if "batch" in r.spec.extra:
-            sizes[r.spec.extra["batch"]["id"]] = sizes.get(r.spec.extra["batch"]["id"], 0) + 1
+        if r.spec.batch is not None:
+            sizes[r.spec.batch.id] = sizes.get(r.spec.batch.id, 0) + 1
     assert sizes and max(sizes.values()) <= 3
 
 
@@ -271,7 +271,7 @@ def test_without_a_warm_pool_nothing_is_batched(session):
     with RemoteExecutor(max_parallel_jobs=2) as e:
         assert list(e.map(square, range(6))) == [i * i for i in range(6)]
     records = session.metadata.list_jobs(JobQuery(name_prefix="square-", limit=100))
-    assert len(records) == 6 and not any("batch" in r.spec.extra for r in records)
+    assert len(records) == 6 and not any(r.spec.batch is not None for r in records)
 
 
 def test_batch_payloads_are_shared_not_per_job(session, tmp_path):
@@ -279,7 +279,7 @@ def test_batch_payloads_are_shared_not_per_job(session, tmp_path):
         futures = behind_a_gate(e, tmp_path, square, [(i,) for i in range(5)])
         assert [f.result(timeout=60) for f in futures] == [0, 1, 4, 9, 16]
     root = Path(session.artifacts.local_path("x")).parent
-    batch = session.jobs.get(futures[0].job_name).spec.extra["batch"]["id"]
+    batch = session.jobs.get(futures[0].job_name).spec.batch.id
     assert len(list((root / "_functions").iterdir())) >= 1
     assert (root / "_batches" / batch[:6] / f"{batch}.calls.pkl").exists()
     assert (root / "_batches" / batch[:6] / f"{batch}.outcomes-1.pkl").exists()

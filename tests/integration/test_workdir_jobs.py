@@ -50,7 +50,7 @@ def test_workdir_ships_all_files_honouring_gitignore_and_filters(session, projec
     assert not secret and not scratch and notes
     assert imported_from_cwd  # the shipped copy, in the job's own working directory
     [record] = session.metadata.list_jobs(JobQuery())
-    sha = record.spec.extra["workdir_sha256"]
+    sha = record.spec.workdir.sha256
     assert session.artifacts.exists(f"{record.name}/workdir/{sha}.zip")
 
 

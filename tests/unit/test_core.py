@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from helpers import old_shape_spec
 from shoal.core import (
     INSTANCE_TYPES,
     TRANSITIONS,
@@ -19,6 +20,14 @@ from shoal.core import (
     check_transition,
     job_name_for,
     resolve_instance_type,
+)
+from shoal.core.jobs import (
+    BatchRef,
+    ClientRef,
+    Distribution,
+    RunRef,
+    TrainingSpec,
+    Workdir,
 )
 from shoal.errors import InvalidArgumentError, InvalidTransitionError
 
@@ -94,8 +103,31 @@ def _full_spec() -> JobSpec:
         tags=(("team", "ml"), ("cost", "low")),
         python_version="3.11",
         inert_settings={"RoleArn": "arn:aws:iam::1:role/x", "VpcConfig": {"Subnets": ["s"]}},
-        extra={"note": "hi", "n": 3},
+        sys_path=("/src", "/lib"),
+        run=RunRef("exp", "run-1"),
+        conda_env="base",
+        gpu_fallback="ran on CPU: ml.g5.xlarge asks for 1 GPU(s); this machine has 0",
+        strict_versions=True,
+        distribution=Distribution(hosts=2, per_host=4, torchrun=True),
+        checkpoint_s3_uri="file:///ck",
+        workdir=Workdir("ab" * 32, files=3, size_bytes=120),
+        training=TrainingSpec(
+            entry_point="train.py", source_key="j/source/sourcedir.tar.gz",
+            source_uri="file:///a/j/source/sourcedir.tar.gz", hyperparameters={"epochs": 2},
+            channels={"train": {"uri": "file:///data", "input_mode": "File"}},
+            output_path="file:///out", output_root="file:///a",
+            metric_definitions=({"Name": "loss", "Regex": "loss=([0-9.]+)"},),
+            checkpoint_s3_uri="file:///ck", checkpoint_local_path="/opt/ml/checkpoints",
+            instance_count=2, volume_size=40, input_mode="File",
+            distribution_config={"torch_distributed": {"enabled": True}},
+            framework=("torch", "torch==2.3.*"), framework_module="m", estimator="PyTorch"),
+        sagemaker_alias=True,
+        framework_notices=("a notice",),
+        batch=BatchRef("b1", 3),
+        client=ClientRef("host-a", 123, 456),
     )
+
+
 
 
 @pytest.mark.parametrize("spec", [JobSpec(name=JobName("minimal")), _full_spec()],
@@ -107,6 +139,33 @@ def test_job_spec_json_round_trip(spec: JobSpec) -> None:
     assert isinstance(back.kind, JobKind)
     assert isinstance(back.tags, tuple) and all(isinstance(t, tuple) for t in back.tags)
     assert back.to_json() == spec.to_json()
+
+
+def test_a_spec_stored_before_the_typed_fields_loads_into_them() -> None:
+    """Records written with the old ``extra`` mapping keep loading (issue #18, item 3)."""
+    spec = JobSpec.from_json(json.loads(json.dumps(old_shape_spec("train-250101-120000-abc123"))))
+    training = spec.training
+    assert training is not None and training.entry_point == "train.py"
+    assert training.hyperparameters == {"epochs": 2}
+    assert training.channels["train"]["uri"] == "file:///data"
+    assert training.metric_definitions == ({"Name": "loss", "Regex": "loss=([0-9.]+)"},)
+    assert training.checkpoint_s3_uri == "file:///ck" and training.instance_count == 2
+    assert training.framework == ("torch", "torch==2.3.*") and training.estimator == "PyTorch"
+    assert training.model_data(spec.name, "unused") == \
+        f"file:///a/{spec.name}/output/model.tar.gz"
+    assert spec.distribution == Distribution(hosts=2, per_host=1, torchrun=True)
+    assert spec.run == RunRef("exp", "r1") and spec.batch == BatchRef("b7", 2)
+    assert spec.client == ClientRef("host-a", 42, 1234)
+    assert spec.workdir == Workdir("cd" * 32, files=4, size_bytes=99)
+    assert spec.sagemaker_alias and spec.strict_versions
+    assert spec.framework_notices == ("n1",) and spec.sys_path == ("/src",)
+    assert (spec.conda_env, spec.gpu_fallback, spec.checkpoint_s3_uri) == (
+        "base", "ran on CPU: no GPU", "file:///fn-ck")
+    assert spec.keep_alive_period_in_seconds == 30.0
+    assert isinstance(spec.keep_alive_period_in_seconds, float)
+    # and it is written back in the new shape, which reads back the same
+    assert "extra" not in spec.to_json()
+    assert JobSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_job_spec_from_json_ignores_unknown_fields() -> None:

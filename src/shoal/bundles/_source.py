@@ -82,7 +82,7 @@ def _current(session: Any) -> Any:
 
 
 def _job_model_data(name: str, session: Any) -> str:
-    from shoal.core.jobs import JobStatus
+    from shoal.core.jobs import JobStatus, TrainingSpec
 
     session = _current(session)
     try:
@@ -91,8 +91,8 @@ def _job_model_data(name: str, session: Any) -> str:
         raise ModelNotFound(f"model {name!r} is not a directory, a file, a model.tar.gz URI "
                             "or the name of a training job ('shoal jobs list' shows jobs)",
                             model=name) from None
-    training = record.spec.extra.get("training")
-    if not training:
+    training: TrainingSpec | None = record.spec.training
+    if training is None:
         raise InvalidArgumentError(f"job {name} is not a training job, so it has no model; "
                                    "name a training job, a model directory or a model.tar.gz",
                                    job=name)
@@ -101,9 +101,7 @@ def _job_model_data(name: str, session: Any) -> str:
                                    f"only once it completed (shoal jobs describe {name})",
                                    job=name)
     # The same place TrainingJob.model_data names (shoal.training sits beside this layer).
-    root = (training.get("output_path") or training.get("output_root")
-            or session.artifacts.root)
-    return f"{str(root).rstrip('/')}/{name}/output/model.tar.gz"
+    return training.model_data(name, str(session.artifacts.root))
 
 
 def _download(uri: str, workdir: Path, session: Any) -> Path:

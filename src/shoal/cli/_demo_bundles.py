@@ -38,10 +38,9 @@ def _trained_model(session: Any, since: datetime, tmp: Path) -> tuple[str, str, 
 
     for record in session.metadata.list_jobs(JobQuery(
             statuses=(JobStatus.COMPLETED,), created_after=since, limit=50)):
-        cfg = record.spec.extra.get("training")
-        if not cfg or not record.name.startswith("train-"):
+        cfg = record.spec.training
+        if cfg is None or not record.name.startswith("train-"):
             continue
-        root = cfg.get("output_path") or cfg.get("output_root") or session.artifacts.root
         samples = None
         try:
             from shoal.cli._demo_training import prepare_digits
@@ -53,7 +52,7 @@ def _trained_model(session: Any, since: datetime, tmp: Path) -> tuple[str, str, 
             np.save(samples, x)
         except ImportError:
             pass
-        return (f"{str(root).rstrip('/')}/{record.name}/output/model.tar.gz",
+        return (cfg.model_data(record.name, str(session.artifacts.root)),
                 f"training job {record.name}", samples)
     return _exported_cnn(tmp), "the MNIST CNN, untrained, exported here", None
 

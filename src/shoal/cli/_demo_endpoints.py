@@ -52,11 +52,10 @@ def _trained_cnn(session: Any, since: datetime, tmp: Path) -> _DemoModel | None:
         return None
     for record in session.metadata.list_jobs(JobQuery(
             statuses=(JobStatus.COMPLETED,), created_after=since, limit=50)):
-        cfg = record.spec.extra.get("training")
-        if not cfg:
+        cfg = record.spec.training
+        if cfg is None:
             continue
-        root = cfg.get("output_path") or cfg.get("output_root") or session.artifacts.root
-        model_data = f"{str(root).rstrip('/')}/{record.name}/output/model.tar.gz"
+        model_data = cfg.model_data(record.name, str(session.artifacts.root))
         if "model.onnx" not in _members(model_data):
             continue
         _, test_dir, _, _ = prepare_digits(tmp / "data")  # the split the job was tested on

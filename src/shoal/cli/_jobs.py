@@ -25,7 +25,7 @@ from shoal.cli._render import (
     status_text,
 )
 from shoal.core.experiments import job_owner
-from shoal.core.jobs import JobStatus
+from shoal.core.jobs import JobSpec, JobStatus
 
 if TYPE_CHECKING:
     from shoal.core.jobs import JobRecord
@@ -235,8 +235,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
                  ("max runtime", f"{spec.max_runtime_in_seconds} s"),
                  ("max retry attempts", str(spec.max_retry_attempts)),
                  ("stop grace period", f"{spec.stop_grace_period_in_seconds:g} s")]
-    extra = {k: v for k, v in spec.extra.items() if k not in ("sys_path", "training")}
-    spec_rows += [(f"extra.{k}", str(v)) for k, v in extra.items()]
+    spec_rows += _spec_part_rows(spec)
     env = mask_env(spec.environment_variables)
     sections: list[tuple[str, Any]] = [
         ("Job", key_values(job)),
@@ -255,6 +254,24 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
                              ("follow", f"shoal {state.home_option()}jobs logs {r.name} -f")])),
     ]
     return sections
+
+
+def _spec_part_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """The spec's optional parts that are set (the import path and training have their own)."""
+    rows = [("conda env", spec.conda_env), ("gpu fallback", spec.gpu_fallback),
+            ("checkpoints", spec.checkpoint_s3_uri),
+            ("distribution", spec.distribution and
+             f"{spec.distribution.hosts} host(s) x {spec.distribution.per_host} process(es)"
+             + (" (torchrun)" if spec.distribution.torchrun else "")),
+            ("workdir", spec.workdir and f"{spec.workdir.sha256[:12]} ({spec.workdir.files} "
+             f"files, {spec.workdir.size_bytes} bytes)"),
+            ("run", spec.run and f"{spec.run.experiment_name}/{spec.run.run_name}"),
+            ("batch", spec.batch and f"{spec.batch.id} #{spec.batch.index}"),
+            ("client", spec.client and f"pid {spec.client.pid} on {spec.client.host}"),
+            ("strict versions", "yes" if spec.strict_versions else None),
+            ("import sagemaker", "yes" if spec.sagemaker_alias else None)]
+    rows += [("framework notice", n) for n in spec.framework_notices]
+    return [(k, v) for k, v in rows if v]
 
 
 def _history(r: JobRecord) -> Any:
@@ -365,23 +382,19 @@ def cancel(
 
 def _training_section(r: JobRecord) -> list[tuple[str, Any]]:
     """A script job's training settings: script, hyperparameters, channels, outputs."""
-    cfg = r.spec.extra.get("training")
-    if not cfg:
+    cfg = r.spec.training
+    if cfg is None:
         return []
-    root = str(cfg.get("output_path") or cfg.get("output_root") or "").rstrip("/")
-    rows = [("entry point", str(cfg.get("entry_point"))),
-            ("estimator", str(cfg.get("estimator", "-"))),
-            ("source", str(cfg.get("source_uri", "-"))),
-            ("instance count", str(cfg.get("instance_count", 1)))]
+    rows = [("entry point", cfg.entry_point), ("estimator", cfg.estimator or "-"),
+            ("source", cfg.source_uri or "-"), ("instance count", str(cfg.instance_count))]
     rows += [(f"hyperparameter {k}", json.dumps(v) if not isinstance(v, str) else v)
-             for k, v in sorted((cfg.get("hyperparameters") or {}).items())]
-    rows += [(f"channel {n}", str(c.get("uri"))) for n, c in (cfg.get("channels") or {}).items()]
-    rows += [(f"metric {d['Name']}", d["Regex"]) for d in cfg.get("metric_definitions") or ()]
-    if cfg.get("checkpoint_s3_uri"):
-        rows.append(("checkpoints", f"{cfg.get('checkpoint_local_path')} -> "
-                                    f"{cfg['checkpoint_s3_uri']}"))
-    if root:
+             for k, v in sorted(cfg.hyperparameters.items())]
+    rows += [(f"channel {n}", str(c.get("uri"))) for n, c in cfg.channels.items()]
+    rows += [(f"metric {d['Name']}", d["Regex"]) for d in cfg.metric_definitions]
+    if cfg.checkpoint_s3_uri:
+        rows.append(("checkpoints", f"{cfg.checkpoint_local_path} -> {cfg.checkpoint_s3_uri}"))
+    if cfg.output_path or cfg.output_root:
         done = r.status == JobStatus.COMPLETED
-        rows.append(("model data", f"{root}/{r.name}/output/model.tar.gz" if done
+        rows.append(("model data", cfg.model_data(r.name, "") if done
                      else "(written when the job completes)"))
     return [("Training", key_values(rows))]

@@ -13,6 +13,9 @@ from shoal.errors import InvalidTransitionError
 
 __all__ = [
     "TRANSITIONS",
+    "BatchRef",
+    "ClientRef",
+    "Distribution",
     "FailureKind",
     "JobChange",
     "JobEvent",
@@ -21,6 +24,9 @@ __all__ = [
     "JobRecord",
     "JobSpec",
     "JobStatus",
+    "RunRef",
+    "TrainingSpec",
+    "Workdir",
     "check_transition",
 ]
 
@@ -89,7 +95,7 @@ class JobKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """What to run and how. Everything here is persisted on the job record."""
+    """What to run and how. Everything here is persisted on the job record (``to_json``)."""
 
     name: JobName
     kind: JobKind = JobKind.FUNCTION
@@ -106,12 +112,37 @@ class JobSpec:
     max_runtime_in_seconds: int = 24 * 3600
     max_retry_attempts: int = 1
     stop_grace_period_in_seconds: float = 10.0
-    keep_alive_period_in_seconds: int = 0
+    keep_alive_period_in_seconds: float = 0.0
     tags: tuple[tuple[str, str], ...] = ()
     python_version: str = ""
     #: Keys that mean something on SageMaker but nothing on this backend (role, VPC, KMS, image).
     inert_settings: Mapping[str, Any] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The client's import path, prepended to a job's on the client's own interpreter.
+    sys_path: tuple[str, ...] = ()
+    #: The experiment run the caller had open (``with Run(...)``), linked to the job.
+    run: RunRef | None = None
+    #: ``job_conda_env``: the named conda environment the job runs in.
+    conda_env: str | None = None
+    #: Why a GPU instance type ran on the CPU (``allow_cpu_fallback``), if it did.
+    gpu_fallback: str | None = None
+    #: A conda file's ``python=`` must then be the client's (``strict_versions``).
+    strict_versions: bool = False
+    #: Several ranks (torchrun); None: one process.
+    distribution: Distribution | None = None
+    #: A function job's ``CheckpointLocation`` URI (its supervisor restores and syncs it).
+    checkpoint_s3_uri: str | None = None
+    #: ``include_local_workdir``: the packed working directory that travels with the job.
+    workdir: Workdir | None = None
+    #: A script job's training settings (``Estimator.fit``).
+    training: TrainingSpec | None = None
+    #: ``import sagemaker`` works in the job (as in SageMaker's framework containers).
+    sagemaker_alias: bool = False
+    #: What the job's framework setup printed (also warned once on the client).
+    framework_notices: tuple[str, ...] = ()
+    #: The hand-over to a warm worker the job was submitted in, if any.
+    batch: BatchRef | None = None
+    #: The process that submitted the job (a record whose client died unlaunched ends at once).
+    client: ClientRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy cost ~0.5 ms a job on the hot path.
@@ -120,21 +151,188 @@ class JobSpec:
         data["environment_variables"] = dict(self.environment_variables)
         data["pre_execution_commands"] = list(self.pre_execution_commands)
         data["inert_settings"] = dict(self.inert_settings)
-        data["extra"] = dict(self.extra)
+        data["sys_path"] = list(self.sys_path)
+        data["framework_notices"] = list(self.framework_notices)
+        for name in _PART_FIELDS:
+            part = getattr(self, name)
+            data[name] = None if part is None else part.to_json()
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
+        """A spec from ``to_json``'s data, or from a record written before the typed fields
+        (their values then stood under ``"extra"``, by the same names but ``workdir_*``)."""
+        data = {**_legacy_extra(data.get("extra") or {}), **data}
+        kwargs = {k: v for k, v in data.items() if k in _SPEC_NAMES}
         kwargs["name"] = JobName(kwargs["name"])
         kwargs["kind"] = JobKind(kwargs.get("kind", JobKind.FUNCTION))
         kwargs["tags"] = tuple((str(k), str(v)) for k, v in kwargs.get("tags", ()))
-        kwargs["pre_execution_commands"] = tuple(kwargs.get("pre_execution_commands", ()))
+        kwargs["keep_alive_period_in_seconds"] = float(
+            kwargs.get("keep_alive_period_in_seconds") or 0)
+        for name in ("pre_execution_commands", "sys_path", "framework_notices"):
+            kwargs[name] = tuple(kwargs.get(name) or ())
+        for name, part in _PART_FIELDS.items():
+            value = kwargs.get(name)
+            kwargs[name] = None if not value else part.from_json(value)
         return cls(**kwargs)
 
 
+def _legacy_extra(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed fields of a spec stored with the old ``extra`` mapping."""
+    fields = {k: v for k, v in extra.items() if k in _SPEC_NAMES}
+    if extra.get("workdir_sha256"):
+        fields["workdir"] = {"sha256": extra["workdir_sha256"],
+                             "files": extra.get("workdir_files", 0),
+                             "size_bytes": extra.get("workdir_bytes", 0)}
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """An experiment run, by its names."""
+
+    experiment_name: str
+    run_name: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment_name": self.experiment_name, "run_name": self.run_name}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRef:
+        return cls(str(data["experiment_name"]), str(data["run_name"]))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRef:
+    """The *index*-th job of the hand-over (batch) *id*."""
+
+    id: str
+    index: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "index": self.index}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchRef:
+        return cls(str(data["id"]), int(data.get("index", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRef:
+    """The process that submitted a job: its host, pid and start time (clock ticks)."""
+
+    host: str
+    pid: int
+    start_ticks: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "start_ticks": self.start_ticks}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClientRef:
+        ticks = data.get("start_ticks")
+        return cls(str(data.get("host", "")), int(data.get("pid") or 0),
+                   None if ticks is None else int(ticks))
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """How many processes a job runs: hosts × processes per host (torchrun's ranks)."""
+
+    hosts: int = 1
+    per_host: int = 1
+    torchrun: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.hosts * self.per_host
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hosts": self.hosts, "per_host": self.per_host, "torchrun": self.torchrun}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Distribution:
+        return cls(int(data.get("hosts", 1)), int(data.get("per_host", 1)),
+                   bool(data.get("torchrun", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class Workdir:
+    """The packed working directory of a job (``workdir/<sha256>.zip`` in its prefix)."""
+
+    sha256: str
+    files: int = 0
+    size_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "files": self.files, "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Workdir:
+        return cls(str(data["sha256"]), int(data.get("files", 0)),
+                   int(data.get("size_bytes", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """A script job's training settings: what ``Estimator.fit`` asked for, under SageMaker's
+    names (the supervisor lays the container directory out from it)."""
+
+    entry_point: str
+    #: ``sourcedir.tar.gz`` in the job's prefix, and its URI (``SM_MODULE_DIR``).
+    source_key: str = ""
+    source_uri: str = ""
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    #: channel name -> the resolved ``TrainingInput`` (``uri``, ``input_mode``...).
+    channels: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    output_path: str | None = None
+    #: Where the outputs go when no output_path is given (the session's artifact root).
+    output_root: str | None = None
+    metric_definitions: tuple[Mapping[str, str], ...] = ()
+    checkpoint_s3_uri: str | None = None
+    checkpoint_local_path: str | None = None
+    instance_count: int = 1
+    volume_size: int = 30
+    input_mode: str = "File"
+    #: The estimator's ``distribution`` argument, as given.
+    distribution_config: Mapping[str, Any] = field(default_factory=dict)
+    #: (distribution, version pin) of a framework estimator's framework.
+    framework: tuple[str, str] | None = None
+    framework_module: str = ""
+    estimator: str = ""
+
+    def model_data(self, job: str, default_root: str) -> str:
+        """``<output_path>/<job>/output/model.tar.gz``: where *job*'s model goes (under
+        *default_root*, the session's artifact root, when the spec names no root)."""
+        root = self.output_path or self.output_root or default_root
+        return f"{str(root).rstrip('/')}/{job}/output/model.tar.gz"
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _TRAINING_FIELDS}
+        data["hyperparameters"] = dict(self.hyperparameters)
+        data["channels"] = {n: dict(c) for n, c in self.channels.items()}
+        data["metric_definitions"] = [dict(d) for d in self.metric_definitions]
+        data["distribution_config"] = dict(self.distribution_config)
+        data["framework"] = list(self.framework) if self.framework else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainingSpec:
+        kwargs = {k: v for k, v in data.items() if k in _TRAINING_FIELDS and v is not None}
+        # records before the typed fields held the checkpoint URI twice, once as checkpoint_uri
+        kwargs.setdefault("checkpoint_s3_uri", data.get("checkpoint_uri"))
+        kwargs["metric_definitions"] = tuple(kwargs.get("metric_definitions") or ())
+        framework = kwargs.get("framework")
+        kwargs["framework"] = (str(framework[0]), str(framework[1])) if framework else None
+        return cls(**kwargs)
+
+
+_TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
+_PART_FIELDS: Mapping[str, Any] = {
+    "run": RunRef, "distribution": Distribution, "workdir": Workdir, "training": TrainingSpec,
+    "batch": BatchRef, "client": ClientRef}
 _SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec))
+_SPEC_NAMES = frozenset(_SPEC_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ makes no directory of its own.
 
 Each is one JSON line (per job: where its blobs are and their metadata) followed by the blobs,
 written atomically like every artifact. Each job's record names its batch
-(``spec.extra["batch"]``); logs stay per job (``<job>/logs/output.log``). ``_`` never starts a
+(``spec.batch``); logs stay per job (``<job>/logs/output.log``). ``_`` never starts a
 job name, so these prefixes cannot clash with a job's.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 from shoal.errors import ArtifactNotFound
 from shoal.serialization import Payload
 
-__all__ = ["BatchPayloads", "batch_of", "find_outcome", "job_payload", "new_batch_id",
+__all__ = ["BatchPayloads", "find_outcome", "job_payload", "new_batch_id",
            "read_batch", "write_batch", "write_outcomes"]
 
 FORMAT = 1
@@ -42,12 +42,6 @@ FORMAT = 1
 
 def new_batch_id(now: datetime) -> str:
     return f"{now.strftime('%y%m%d-%H%M%S')}-{secrets.token_hex(6)}"
-
-
-def batch_of(extra: Any) -> str | None:
-    """The batch a job's spec (its ``extra``) says it belongs to, if any."""
-    batch = extra.get("batch") if hasattr(extra, "get") else None
-    return str(batch["id"]) if isinstance(batch, dict) and batch.get("id") else None
 
 
 def _function_key(sha: str) -> str:

@@ -97,7 +97,7 @@ def _script_outcome(training: TrainingAttempt, rc: int, sink: LogSink) -> Outcom
         what = killed_text(rc, "the training process")
         retry = True
     else:
-        what = f"the training script {training.cfg.get('entry_point')} exited with code {rc}"
+        what = f"the training script {training.cfg.entry_point} exited with code {rc}"
         retry = False
     reason = f"AlgorithmError: {failure}\n({what})" if failure else \
         f"AlgorithmError: {what}; last output:\n{sink.tail(20)}"

@@ -65,10 +65,10 @@ class Preparer:
             raise PrepareError(FailureKind.VERSION,
                                f"the client runs Python {spec.python_version} but the job would "
                                f"run Python {ours}; client and job major.minor must match")
-        for notice in spec.extra.get("framework_notices") or ():
+        for notice in spec.framework_notices:
             sink.write(f"[shoal] {notice}\n".encode())
         plan = JobPython(self._python, fork=self._fork)
-        conda_env = spec.extra.get("conda_env")
+        conda_env = spec.conda_env
         if spec.dependencies or conda_env:
             try:
                 plan = self._build_env(record, sink)
@@ -76,11 +76,10 @@ class Preparer:
                 what = spec.dependencies or f"conda environment {conda_env!r}"
                 raise PrepareError(FailureKind.ENVIRONMENT, f"the environment for "
                                    f"{what} could not be built: {e}") from e
-        elif spec.extra.get("sagemaker_alias"):
+        elif spec.sagemaker_alias:
             plan = self._alias_on_client_python(plan, sink)
-        sha = spec.extra.get("workdir_sha256")
-        if sha:
-            plan = self._unpack_workdir(record, str(sha), workdir, plan, sink)
+        if spec.workdir is not None:
+            plan = self._unpack_workdir(record, spec.workdir.sha256, workdir, plan, sink)
         inline = inline_ok and plan.fork and plan.runtime is None
         payloads = () if inline or spec.kind == JobKind.SCRIPT else ("function", "arguments")
         for kind in payloads:
@@ -103,7 +102,7 @@ class Preparer:
                 .decode() if spec.dependencies else None)
         base_dir = Path(spec.dependencies or ".").parent
         extra = (f"cloudpickle=={cloudpickle.__version__}",)
-        conda_env = spec.extra.get("conda_env")
+        conda_env = spec.conda_env
         is_conda_file = bool(spec.dependencies) and str(spec.dependencies).endswith(
             (".yml", ".yaml"))
 
@@ -121,7 +120,7 @@ class Preparer:
             built = ensure_conda_file_env(text, source=str(spec.dependencies),
                                           uv_builder=self._envs, base_dir=base_dir, extra=extra,
                                           client_python=self._python, log=log,
-                                          strict=bool(spec.extra.get("strict_versions")))
+                                          strict=spec.strict_versions)
         else:
             built = self._envs.ensure(text or "", base_dir=base_dir, extra=extra, log=log)
         self._artifacts.put_bytes(job_key(record.name, "env", "requirements.lock"),
@@ -131,7 +130,7 @@ class Preparer:
                    .encode())
         runtime = ensure_runtime(self._envs.root.parent / "runtime")
         pythonpath: tuple[str, ...] = (str(runtime),)
-        if spec.extra.get("sagemaker_alias"):
+        if spec.sagemaker_alias:
             pythonpath = (*self._framework_job_path(built.path, sink), *pythonpath)
         return JobPython(str(built.python), fork=False, pythonpath=pythonpath,
                          isolated=True, runtime=str(runtime))

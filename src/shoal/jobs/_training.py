@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.experiments import MetricPoint, job_owner, run_owner
-from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec
+from shoal.core.jobs import (
+    Distribution,
+    FailureKind,
+    JobKind,
+    JobRecord,
+    JobSpec,
+    TrainingSpec,
+)
 from shoal.core.ports import LOST_HOSTS, RANK_HOST_LAUNCHER, RANK_MASTER_ADDR
 from shoal.errors import ShoalError
 from shoal.jobs._prepare import PrepareError
@@ -40,13 +47,8 @@ from shoal.jobs._process import ExecProcess, JobProcess
 from shoal.jobs.logsink import LogSink
 from shoal.storage.artifacts import FsspecArtifactStore, job_key
 
-__all__ = ["CHECKPOINT_SYNC_SECONDS", "TRAINING", "CheckpointTap", "RankSetup", "TrainingAttempt",
-           "hyperparameter_args", "ranks_of"]
-
-#: ``spec.extra`` key of a script job's training settings.
-TRAINING = "training"
-#: ``spec.extra`` key of a function job's ``CheckpointLocation`` URI.
-CHECKPOINT_URI = "checkpoint_s3_uri"
+__all__ = ["CHECKPOINT_SYNC_SECONDS", "CheckpointTap", "TrainingAttempt", "hyperparameter_args",
+           "ranks_of"]
 
 #: How often a running job's checkpoint directory is synced to its URI, by default (the
 #: ``checkpoint_sync_seconds`` setting, ``SHOAL_CHECKPOINT_SYNC_SECONDS``).
@@ -55,26 +57,14 @@ _METRIC_FLUSH_S = 1.0
 _OPT_ML = "/opt/ml"
 #: A placed job's supervisor variables, which its ranks have no use for.
 _PLACEMENT_VARS = frozenset({RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, "SHOAL_RAY_PLACEMENT"})
+_ONE_RANK = Distribution()
+_NO_TRAINING = TrainingSpec(entry_point="")
 
 
 
-@dataclass(frozen=True, slots=True)
-class RankSetup:
-    """How many processes a job runs: hosts × processes per host, and with which variables."""
-
-    hosts: int = 1
-    per_host: int = 1
-    torchrun: bool = False
-
-    @property
-    def world(self) -> int:
-        return self.hosts * self.per_host
-
-
-def ranks_of(spec: JobSpec) -> RankSetup:
-    dist = spec.extra.get("distribution") or {}
-    return RankSetup(hosts=int(dist.get("hosts", 1)), per_host=int(dist.get("per_host", 1)),
-                     torchrun=bool(dist.get("torchrun", False)))
+def ranks_of(spec: JobSpec) -> Distribution:
+    """How many processes *spec* runs (one unless it has a distribution)."""
+    return spec.distribution or _ONE_RANK
 
 
 def hyperparameter_args(hps: Mapping[str, Any]) -> list[str]:
@@ -232,7 +222,7 @@ class CheckpointTap:
                  interval: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self.sink = sink
         self.checkpoints = _Checkpoints(workdir / "checkpoints",
-                                        str(record.spec.extra[CHECKPOINT_URI]), interval)
+                                        str(record.spec.checkpoint_s3_uri), interval)
 
     def _log(self, msg: str) -> None:
         self.sink.write(f"[shoal] {msg}\n".encode())
@@ -263,7 +253,7 @@ class TrainingAttempt:
         self.record = record
         self.attempt = attempt
         self.spec = record.spec
-        self.cfg: dict[str, Any] = dict(record.spec.extra.get(TRAINING) or {})
+        self.cfg = record.spec.training or _NO_TRAINING  # a multi-rank function job has none
         self.workdir = workdir
         self.sink = sink
         self._artifacts = artifacts
@@ -272,11 +262,11 @@ class TrainingAttempt:
         self.ranks = ranks_of(record.spec)
         self.is_script = record.spec.kind == JobKind.SCRIPT
         owners = [job_owner(record.name)]
-        run = record.spec.extra.get("run")
+        run = record.spec.run
         if run:
-            owners.append(run_owner(run["experiment_name"], run["run_name"]))
+            owners.append(run_owner(run.experiment_name, run.run_name))
         defs = [(d["Name"], re.compile(d["Regex"].encode())) for d in
-                self.cfg.get("metric_definitions") or ()]
+                self.cfg.metric_definitions]
         self.metrics = _MetricTap(defs, tuple(owners), metadata)
         self.checkpoints: _Checkpoints | None = None
         self._sync_seconds = checkpoint_sync_seconds
@@ -298,11 +288,11 @@ class TrainingAttempt:
             (w / d).mkdir(parents=True, exist_ok=True)
         if self.is_script:
             self._unpack_source()
-            for name, channel in (self.cfg.get("channels") or {}).items():
+            for name, channel in self.cfg.channels.items():
                 self._stage_channel(name, channel)
         self._write_config()
-        local = self.path(self.cfg.get("checkpoint_local_path") or f"{_OPT_ML}/checkpoints")
-        uri = (self.cfg.get("checkpoint_uri") or self.spec.extra.get(CHECKPOINT_URI)
+        local = self.path(self.cfg.checkpoint_local_path or f"{_OPT_ML}/checkpoints")
+        uri = (self.cfg.checkpoint_s3_uri or self.spec.checkpoint_s3_uri
                or self._artifacts.uri(job_key(self.record.name, "checkpoints")))
         self.checkpoints = _Checkpoints(local, uri, self._sync_seconds)
         self.checkpoints.restore_for_job(self._log)
@@ -311,7 +301,7 @@ class TrainingAttempt:
         self.sink.write(f"[shoal] {msg}\n".encode())
 
     def _unpack_source(self) -> None:
-        key = self.cfg.get("source_key")
+        key = self.cfg.source_key
         if not key:
             return
         from shoal._internal.archives import extract_tar
@@ -383,10 +373,10 @@ class TrainingAttempt:
 
     def _write_config(self) -> None:
         cfg_dir = self.workdir / "input" / "config"
-        hps = self.cfg.get("hyperparameters") or {}
+        hps = self.cfg.hyperparameters
         (cfg_dir / "hyperparameters.json").write_text(
             json.dumps({k: _hp_text(v) for k, v in hps.items()}, sort_keys=True))
-        channels = self.cfg.get("channels") or {}
+        channels = self.cfg.channels
         data_config = {}
         for name, ch in channels.items():
             entry = {"TrainingInputMode": ch.get("input_mode") or "File",
@@ -411,9 +401,9 @@ class TrainingAttempt:
     def environment(self, host: str = "algo-1") -> dict[str, str]:
         """The ``SM_*`` variables of the training toolkit, for the rank on *host*."""
         w = self.workdir
-        hps = self.cfg.get("hyperparameters") or {}
-        channels = sorted(self.cfg.get("channels") or {})
-        entry = self.cfg.get("entry_point") or ""
+        hps = dict(self.cfg.hyperparameters)
+        channels = sorted(self.cfg.channels)
+        entry = self.cfg.entry_point
         module = Path(entry).stem
         threads = max(1, min(int(self.spec.cpus or self._cores), self._cores))
         env = {
@@ -426,9 +416,9 @@ class TrainingAttempt:
             "SM_NUM_NEURONS": "0", "SM_HOSTS": json.dumps(self.hosts()), "SM_CURRENT_HOST": host,
             "SM_CURRENT_INSTANCE_TYPE": self.spec.instance_type or "local",
             "SM_NETWORK_INTERFACE_NAME": "lo", "SM_MODULE_NAME": module,
-            "SM_MODULE_DIR": str(self.cfg.get("source_uri") or w / "code"),
+            "SM_MODULE_DIR": str(self.cfg.source_uri or w / "code"),
             "SM_USER_ENTRY_POINT": entry, "SM_USER_ARGS": json.dumps(hyperparameter_args(hps)),
-            "SM_FRAMEWORK_MODULE": str(self.cfg.get("framework_module") or ""),
+            "SM_FRAMEWORK_MODULE": self.cfg.framework_module,
             "SM_LOG_LEVEL": "20", "SM_INPUT_DATA_CONFIG": (
                 w / "input" / "config" / "inputdataconfig.json").read_text(),
             "SM_RESOURCE_CONFIG": json.dumps(self._resource_config(host)),
@@ -460,8 +450,8 @@ class TrainingAttempt:
     # --- process ----------------------------------------------------------------------
 
     def command(self, python: str) -> list[str]:
-        entry = str(self.cfg["entry_point"])
-        hps = self.cfg.get("hyperparameters") or {}
+        entry = self.cfg.entry_point
+        hps = self.cfg.hyperparameters
         runner = [python] if entry.endswith(".py") else ["/bin/sh"]
         return [*runner, entry, *hyperparameter_args(hps)]
 
@@ -602,7 +592,7 @@ class TrainingAttempt:
 
     def upload_outputs(self) -> list[str]:
         """``model/`` and ``output/data/`` as tar.gz files under the output path."""
-        out_root = self.cfg.get("output_path")
+        out_root = self.cfg.output_path
         store = FsspecArtifactStore.open(out_root) if out_root else self._artifacts
         uris = []
         for src, fname in (("model", "model.tar.gz"), ("output/data", "output.tar.gz")):

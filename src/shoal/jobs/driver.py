@@ -38,7 +38,6 @@ from shoal.jobs._process import (
 )
 from shoal.jobs._training import (
     CHECKPOINT_SYNC_SECONDS,
-    CHECKPOINT_URI,
     CheckpointTap,
     TrainingAttempt,
     ranks_of,
@@ -311,7 +310,7 @@ class Supervisor:
                                        lambda: self._stop)
             training = self._training_for(record, workdir, sink, attempt)
             tap = training or self._checkpoint_tap(record, workdir, sink)
-            if spec.extra.get(CHECKPOINT_URI) and tap is not None and tap.checkpoints:
+            if spec.checkpoint_s3_uri and tap is not None and tap.checkpoints:
                 # The function's CheckpointLocation is this directory (remote_function).
                 env.update(SHOAL_CHECKPOINT_DIR=str(tap.checkpoints.local),
                            SHOAL_CHECKPOINT_URI=tap.checkpoints.uri)
@@ -388,7 +387,7 @@ class Supervisor:
     def _checkpoint_tap(self, record: JobRecord, workdir: Path, sink: LogSink
                         ) -> CheckpointTap | None:
         """A function job that took a CheckpointLocation: its checkpoints, synced from here."""
-        if not record.spec.extra.get(CHECKPOINT_URI):
+        if not record.spec.checkpoint_s3_uri:
             return None
         tap = CheckpointTap(record, workdir, sink, interval=self._checkpoint_sync)
         tap.setup()
@@ -472,7 +471,7 @@ class Supervisor:
         if plan.isolated:
             env.pop("PYTHONPATH", None)
         else:  # the client's own interpreter: its import path too, as in the notebook
-            sys_path += [p for p in spec.extra.get("sys_path", []) if p]
+            sys_path += [p for p in spec.sys_path if p]
         if sys_path:
             env["PYTHONPATH"] = os.pathsep.join([*sys_path, env.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
@@ -480,9 +479,8 @@ class Supervisor:
         env.update({"SHOAL_JOB_NAME": name, "SHOAL_JOB_KEY": secret, "PYTHONUNBUFFERED": "1"})
         if plan.cwd is not None:
             env["SHOAL_JOB_CWD"] = str(plan.cwd)
-        run = spec.extra.get("run")
-        if run:  # the experiment run the caller had open: load_run() in the job finds it
-            env["SHOAL_RUN_CONTEXT"] = json.dumps(run, sort_keys=True)
+        if spec.run:  # the experiment run the caller had open: load_run() in the job finds it
+            env["SHOAL_RUN_CONTEXT"] = json.dumps(spec.run.to_json(), sort_keys=True)
         return env
 
     # --- watching ---------------------------------------------------------------------

@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.clock import Clock, SystemClock
-from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.jobs import (
+    BatchRef,
+    ClientRef,
+    FailureKind,
+    JobChange,
+    JobName,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+)
 from shoal.core.ports import ArtifactStore, Backend, ExecContext, MetadataStore
 from shoal.errors import (
     ArtifactNotFound,
@@ -66,11 +75,11 @@ def _read_file(path: str, what: str) -> bytes:
                                    path=path) from e
 
 
-_CLIENT: tuple[int, dict[str, Any]] | None = None
+_CLIENT: tuple[int, ClientRef] | None = None
 
 
 def _with_client(spec: JobSpec) -> JobSpec:
-    """*spec* naming the process that submits it (``extra["client"]``: host, pid, start
+    """*spec* naming the process that submits it (``client``: host, pid, start
     ticks), so that a record whose client died before a supervisor took it ends at once."""
     import os
     import socket
@@ -80,9 +89,8 @@ def _with_client(spec: JobSpec) -> JobSpec:
     global _CLIENT
     pid = os.getpid()
     if _CLIENT is None or _CLIENT[0] != pid:
-        _CLIENT = (pid, {"host": socket.gethostname(), "pid": pid,
-                         "start_ticks": start_ticks(pid)})
-    return dataclasses.replace(spec, extra={**spec.extra, "client": _CLIENT[1]})
+        _CLIENT = (pid, ClientRef(socket.gethostname(), pid, start_ticks(pid)))
+    return dataclasses.replace(spec, client=_CLIENT[1])
 
 
 def _client_gone(record: JobRecord) -> str | None:
@@ -92,14 +100,14 @@ def _client_gone(record: JobRecord) -> str | None:
 
     from shoal.backends._procfs import process_state, start_ticks
 
-    client = record.spec.extra.get("client")
-    if not isinstance(client, dict) or client.get("host") != socket.gethostname():
+    client = record.spec.client
+    if client is None or client.host != socket.gethostname():
         return None
-    pid = int(client.get("pid") or 0)
+    pid = client.pid
     if pid and process_state(pid) not in (None, "Z", "X") and \
-            start_ticks(pid) == client.get("start_ticks"):
+            start_ticks(pid) == client.start_ticks:
         return None
-    return (f"its client (pid {pid} on {client['host']}) exited before handing the job to a "
+    return (f"its client (pid {pid} on {client.host}) exited before handing the job to a "
             "supervisor")
 
 
@@ -201,7 +209,7 @@ class JobService:
         spec, salt, secret = self._new_secret(spec)
         key = payload_key(secret)
         # An isolated environment cannot import the caller's own (uninstalled) modules.
-        isolated = spec.dependencies or spec.extra.get("conda_env")
+        isolated = spec.dependencies or spec.conda_env
         by_value = _local_modules(func) if isolated else ()
         fn_payload = serialize(func, key, what=f"function {spec.function_name!r}",
                                by_value=by_value)
@@ -311,8 +319,7 @@ class JobService:
         from shoal.errors import AlreadyExistsError
 
         def in_batch(spec: JobSpec, i: int) -> JobSpec:
-            return dataclasses.replace(spec, extra={**spec.extra,
-                                                    "batch": {"id": batch, "index": i}})
+            return dataclasses.replace(spec, batch=BatchRef(batch, i))
 
         specs = list(specs)
         sealed = [(in_batch(s, i), salt, secret) for i, (s, salt, secret) in enumerate(sealed)]
@@ -379,8 +386,8 @@ class JobService:
         """Jobs that may share a warm worker: same environment, workdir and stores."""
         import hashlib
 
-        parts = [spec.python_version, str(spec.extra.get("workdir_sha256", "")),
-                 str(spec.extra.get("conda_env", "")), str(spec.memory_mib),
+        parts = [spec.python_version, spec.workdir.sha256 if spec.workdir else "",
+                 spec.conda_env or "", str(spec.memory_mib),
                  self._env.get("SHOAL_METADATA_URL", ""), self._env.get("SHOAL_ARTIFACT_URL", "")]
         if spec.dependencies:
             parts.append(self.artifacts.get_bytes(
@@ -401,11 +408,12 @@ class JobService:
             return load_payload(self.metadata, self.artifacts, job, kind)
         except ArtifactNotFound:
             # A batched job's payloads live in its batch (jobs/_batchfiles.py).
-            from shoal.jobs._batchfiles import batch_of, find_outcome, job_payload
+            from shoal.jobs._batchfiles import find_outcome, job_payload
 
-            batch = batch_of(self.metadata.get_job(job).spec.extra)
-            if batch is None:
+            ref = self.metadata.get_job(job).spec.batch
+            if ref is None:
                 raise
+            batch = ref.id
             if kind in ("function", "arguments"):
                 return job_payload(self.artifacts, batch, job, kind)
             found = find_outcome(self.artifacts, batch, job)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._internal.extras import require
+from shoal.core.jobs import JobSpec, RunRef
 from shoal.errors import InvalidArgumentError
 from shoal.llm._options import FineTuneOptions
 from shoal.training import Estimator
@@ -65,7 +66,7 @@ class FineTuner(Estimator):
         super().__init__(entry_point=str(_ENTRY), hyperparameters=hyperparameters, **kwargs)
 
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
-              run: dict[str, str] | None, requirements: str | None) -> Any:
+              run: RunRef | None, requirements: str | None) -> JobSpec:
         if "training" not in channels:
             raise InvalidArgumentError(
                 f"FineTuner.fit needs a 'training' channel (got {', '.join(channels) or 'none'})"

@@ -11,9 +11,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from shoal.jobs._options import is_ray
 from shoal.remote_function._executor import _batchable
-from shoal.remote_function._options import UNSET, RemoteOptions, is_ray
-from shoal.remote_function._runs import link_to_run
+from shoal.remote_function._options import UNSET, RemoteOptions
+from shoal.remote_function._runs import run_call, submit_calls
 
 __all__ = ["remote"]
 
@@ -37,29 +38,22 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     session = _session(options)
     spec, files = options.build_job(func, session, call_args=(*args, *kwargs.values()))
     service = session.jobs
-    if is_ray(session.settings) and _batchable(spec, files, session) \
-            and not (stream and sys.stdout.isatty()):
-        return _run_warm(service, spec, func, args, kwargs, stream=stream)
-    record = service.submit_function(spec, func, args, kwargs, files=files)
-    link_to_run(service.metadata, spec, record.name)
-    if stream and sys.stdout.isatty():
-        with _Progress(record.name) as progress:
-            record = service.wait(record.name, on_output=progress.output,
-                                  on_status=progress.status)
-    else:
-        record = service.wait(record.name, on_output=_stream if stream else None)
-    return service.outcome(record)
-
-
-def _run_warm(service: Any, spec: Any, func: Callable[..., Any], args: tuple[Any, ...],
-              kwargs: dict[str, Any], *, stream: bool) -> Any:
-    """On Ray: the call goes to a warm supervisor actor as a batch of one (one transaction
-    creates its record, one file holds its payloads, the result comes back with the news)."""
-    batch = service.submit_batch([spec], func, [(args, kwargs)])
-    link_to_run(service.metadata, spec, batch.names[0])
-    # Read to the end: the actor is handed the next call only once it said it is done.
-    [(_name, outcome)] = list(batch.outcomes(on_output=_stream if stream else None))
-    return outcome()
+    on_terminal = stream and sys.stdout.isatty()
+    if is_ray(session.settings) and _batchable(spec, files, session) and not on_terminal:
+        # On Ray: the call goes to a warm supervisor actor as a batch of one (one transaction
+        # creates its record, one file holds its payloads, the result comes back with the
+        # news). Read to the end: the actor is handed the next call only once it said it
+        # is done.
+        batch = submit_calls(service, [spec], func, [(args, kwargs)])
+        [(_name, outcome)] = list(batch.outcomes(on_output=_stream if stream else None))
+        return outcome()
+    if on_terminal:
+        with _Progress(spec.name) as progress:
+            return run_call(service, spec, func, (args, kwargs), files=files,
+                            submitted=progress.named, on_output=progress.output,
+                            on_status=progress.status)
+    return run_call(service, spec, func, (args, kwargs), files=files,
+                    on_output=_stream if stream else None)
 
 
 class _Progress:
@@ -79,6 +73,9 @@ class _Progress:
 
     def __exit__(self, *exc: object) -> None:
         self._status.__exit__(None, None, None)
+
+    def named(self, job: str) -> None:
+        self._job = job
 
     def output(self, chunk: bytes) -> None:
         self._console.out(chunk.decode(errors="replace"), end="", highlight=False)

@@ -25,8 +25,9 @@ from typing import Any
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
-from shoal.remote_function._options import UNSET, RemoteOptions, _backend_keep_alive, is_ray
-from shoal.remote_function._runs import link_to_run
+from shoal.jobs._options import is_ray, keep_alive_seconds
+from shoal.remote_function._options import UNSET, RemoteOptions
+from shoal.remote_function._runs import run_call, submit_calls
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
 
@@ -245,23 +246,19 @@ class RemoteExecutor(Executor):
     @staticmethod
     def _run(item: _Item) -> Any:
         service = item.session.jobs
-        try:
-            record = service.submit_function(item.spec, item.fn, item.args, item.kwargs,
-                                             files=item.files)
-        except BaseException:
+        try:  # _bind sets _job_ready once the name is known; a failed submit sets it too
+            return run_call(service, item.spec, item.fn, (item.args, item.kwargs),
+                            files=item.files,
+                            submitted=functools.partial(item.future._bind, service))
+        finally:
             item.future._job_ready.set()
-            raise
-        item.future._bind(service, record.name)  # sets _job_ready once the name is known
-        link_to_run(service.metadata, item.spec, record.name)
-        record = service.wait(record.name)
-        return service.outcome(record)
 
     def _run_batch(self, items: list[_Item]) -> None:
         """Several calls handed to one warm worker together; each settles as its job ends."""
         service = items[0].session.jobs
         try:
-            batch = service.submit_batch([i.spec for i in items], items[0].fn,
-                                         [(i.args, i.kwargs) for i in items])
+            batch = submit_calls(service, [i.spec for i in items], items[0].fn,
+                                 [(i.args, i.kwargs) for i in items])
         except BaseException:
             # Nothing was recorded (a call that does not pickle, a name taken): one by one,
             # so each call gets its own outcome.
@@ -272,7 +269,6 @@ class RemoteExecutor(Executor):
         for item, name in zip(items, batch.names, strict=True):
             item.future._bind(service, name)
             futures[name] = item.future
-            link_to_run(service.metadata, item.spec, name)
         try:
             for name, outcome in batch.outcomes():
                 futures.pop(name)._settle(outcome)
@@ -296,8 +292,8 @@ class RemoteExecutor(Executor):
         end = None if timeout is None else time.monotonic() + timeout
         args_iter = zip(*iterables, strict=False)
         window: collections.deque[RemoteFuture] = collections.deque()
-        warm = (self._options.keep_alive_period_in_seconds
-                or _backend_keep_alive(self._session().settings)) > 0
+        warm = keep_alive_seconds(self._options.keep_alive_period_in_seconds,
+                                  self._session().settings) > 0
         # Enough calls ahead that every worker has a full hand-over waiting.
         ahead = max(2 * self._max * (chunk if warm else 1), 4)
         for args in itertools.islice(args_iter, ahead):
@@ -350,11 +346,11 @@ def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
     a backend with warm workers (local, and Ray's warm actors)."""
     settings = session.settings
     return (spec.keep_alive_period_in_seconds > 0 and spec.kind == JobKind.FUNCTION
-            and not files and not spec.dependencies and not spec.extra.get("conda_env")
-            and not spec.extra.get("distribution")
+            and not files and not spec.dependencies and not spec.conda_env
+            and spec.distribution is None
             and not spec.pre_execution_commands and not spec.pre_execution_script
             and spec.max_retry_attempts <= 1
-            and not spec.extra.get("checkpoint_s3_uri")  # its supervisor syncs them
+            and not spec.checkpoint_s3_uri  # its supervisor syncs them
             and (getattr(settings, "backend", "local") == "local" or is_ray(settings))
             and getattr(settings, "job_process", "fork") == "fork")
 

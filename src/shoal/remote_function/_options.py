@@ -4,22 +4,23 @@ names, resolved against the defaults files (explicit > user file > admin file > 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shoal.core.clock import RandomIdFactory
-from shoal.core.jobs import JobKind, JobName, JobSpec
-from shoal.core.resources import resolve_instance_type
+from shoal.core.jobs import JobKind, JobSpec, RunRef, Workdir
 from shoal.core.tags import normalise_tags as _normalise_tags
-from shoal.errors import InvalidArgumentError, ResourceUnavailableError
+from shoal.errors import InvalidArgumentError
 from shoal.experiments import current_run_context
+from shoal.jobs._options import JobOptions, job_spec, new_job_name, positive
 from shoal.remote_function._checkpoint import find_checkpoint_location
+
+if TYPE_CHECKING:
+    from shoal.remote_function._filter import CustomFileFilter
+    from shoal.session import Session
 
 __all__ = ["UNSET", "RemoteOptions"]
 
@@ -78,96 +79,98 @@ _NOT_YET = {"spark_config": "a later issue", "use_mpirun": "a later issue"}
 
 @dataclass(frozen=True, slots=True)
 class RemoteOptions:
-    """Everything ``@remote`` and ``RemoteExecutor`` accept, under SageMaker's names."""
+    """Everything ``@remote`` and ``RemoteExecutor`` accept, under SageMaker's names, in
+    SageMaker's order (then shoal's own). UNSET: taken from the defaults config."""
 
-    dependencies: Any = UNSET
-    pre_execution_commands: Any = UNSET
-    pre_execution_script: Any = UNSET
-    environment_variables: Any = UNSET
-    image_uri: Any = UNSET
-    include_local_workdir: Any = UNSET
-    custom_file_filter: Any = UNSET
+    dependencies: str | None = UNSET
+    pre_execution_commands: list[str] | None = UNSET
+    pre_execution_script: str | None = UNSET
+    environment_variables: dict[str, str] | None = UNSET
+    image_uri: str | None = UNSET
+    include_local_workdir: bool | None = UNSET
+    custom_file_filter: Callable[[str, list[str]], list[str]] | CustomFileFilter | None = UNSET
     instance_count: int = 1
-    instance_type: Any = UNSET
-    job_conda_env: Any = UNSET
+    instance_type: str | None = UNSET
+    job_conda_env: str | None = UNSET
     job_name_prefix: str | None = None
-    keep_alive_period_in_seconds: int = 0
+    keep_alive_period_in_seconds: float = 0
     max_retry_attempts: int = 1
     max_runtime_in_seconds: int = 24 * 3600
-    role: Any = UNSET
-    s3_kms_key: Any = UNSET
-    s3_root_uri: Any = UNSET
-    sagemaker_session: Any = None
-    security_group_ids: Any = UNSET
-    subnets: Any = UNSET
-    tags: Any = UNSET
-    volume_kms_key: Any = UNSET
-    volume_size: Any = UNSET
-    encrypt_inter_container_traffic: Any = UNSET
-    spark_config: Any = UNSET
-    use_spot_instances: Any = UNSET
-    max_wait_time_in_seconds: Any = UNSET
+    role: str | None = UNSET
+    s3_kms_key: str | None = UNSET
+    s3_root_uri: str | None = UNSET
+    sagemaker_session: Session | None = None
+    security_group_ids: list[str] | None = UNSET
+    subnets: list[str] | None = UNSET
+    tags: list[tuple[str, str]] | list[dict[str, str]] | dict[str, str] | None = UNSET
+    volume_kms_key: str | None = UNSET
+    volume_size: int = UNSET
+    encrypt_inter_container_traffic: bool | None = UNSET
+    spark_config: object = UNSET
+    use_spot_instances: bool = UNSET
+    max_wait_time_in_seconds: int | None = UNSET
     disable_output_compression: bool = False
     use_torchrun: bool = False
     use_mpirun: bool = False
-    nproc_per_node: Any = UNSET
+    nproc_per_node: int | None = UNSET
     # shoal's own (enable_session_tag_chaining is SageMaker's Estimator's; accepted here too)
-    enable_session_tag_chaining: Any = UNSET
+    enable_session_tag_chaining: bool | None = UNSET
     allow_cpu_fallback: bool = False
     stop_grace_period_in_seconds: float = 10.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_arguments(cls, args: Mapping[str, Any]) -> RemoteOptions:
         """The options from a signature that declares them all (``remote``,
         ``RemoteExecutor``): *args* is its ``locals()``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        opts = cls(**{k: v for k, v in args.items() if k in names})
+        opts = cls(**{k: v for k, v in args.items() if k in _NAMES})
         opts.validate()
         return opts
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> RemoteOptions:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - names)
+        unknown = sorted(set(kwargs) - _NAMES)
         if unknown:
             raise InvalidArgumentError(
                 f"unknown argument(s) {', '.join(unknown)}; @remote and RemoteExecutor accept "
-                f"SageMaker's names: {', '.join(sorted(names - {'extra'}))}", arguments=unknown)
+                f"SageMaker's names: {', '.join(sorted(_NAMES))}", arguments=unknown)
         opts = cls(**kwargs)
         opts.validate()
         return opts
 
     def validate(self) -> None:
-        for name in ("max_runtime_in_seconds", "max_retry_attempts", "instance_count"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}",
-                                           argument=name)
-        keep = self.keep_alive_period_in_seconds
-        if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= 3600:
-            raise InvalidArgumentError("keep_alive_period_in_seconds must be an integer from 0 "
-                                       f"to 3600 (SageMaker's range), got {keep!r}",
-                                       argument="keep_alive_period_in_seconds")
+        """Check what needs no defaults config (the rest is checked by ``build_spec``)."""
+        JobOptions(**self._knobs())
         if self.instance_count != 1 and not self.use_torchrun:
             raise InvalidArgumentError(
                 f"instance_count={self.instance_count} runs the function as several ranks, "
                 "which needs use_torchrun=True (as on SageMaker); or use instance_count=1",
                 argument="instance_count")
-        per_node = self.nproc_per_node
-        if per_node not in (UNSET, None) and (not isinstance(per_node, int) or
-                                             isinstance(per_node, bool) or per_node < 1):
-            raise InvalidArgumentError(f"nproc_per_node must be a positive integer, got "
-                                       f"{per_node!r}", argument="nproc_per_node")
-        if per_node not in (UNSET, None) and not self.use_torchrun:
-            raise InvalidArgumentError("nproc_per_node applies with use_torchrun=True",
-                                       argument="nproc_per_node")
+        if self.nproc_per_node not in (UNSET, None):
+            positive(self.nproc_per_node, "nproc_per_node")
+            if not self.use_torchrun:
+                raise InvalidArgumentError("nproc_per_node applies with use_torchrun=True",
+                                           argument="nproc_per_node")
         for name, issue in _NOT_YET.items():
             value = getattr(self, name)
             if value not in (UNSET, None, False, 0, (), []):
                 raise InvalidArgumentError(
                     f"{name} is not supported by this version of shoal yet (TODO({issue})); "
                     "remove it to run the job", argument=name)
+
+    def _knobs(self) -> dict[str, Any]:
+        return {"instance_count": self.instance_count,
+                "keep_alive_period_in_seconds": self.keep_alive_period_in_seconds,
+                "max_runtime_in_seconds": self.max_runtime_in_seconds,
+                "max_retry_attempts": self.max_retry_attempts,
+                "allow_cpu_fallback": self.allow_cpu_fallback,
+                "stop_grace_period_in_seconds": self.stop_grace_period_in_seconds}
+
+    def job_options(self, defaults: Any) -> JobOptions:
+        """These options with the defaults config applied."""
+        return JobOptions(instance_type=self.resolve("instance_type", defaults) or "local",
+                          environment_variables=self.resolve("environment_variables",
+                                                             defaults) or {},
+                          tags=self._tags(defaults), **self._knobs())
 
     # --- resolution -------------------------------------------------------------------
 
@@ -185,8 +188,7 @@ class RemoteOptions:
         spec = self.build_spec(func, session)
         checkpoint = find_checkpoint_location(call_args)
         if checkpoint is not None:  # recorded like an estimator's CheckpointConfig
-            spec = dataclasses.replace(spec, extra={**spec.extra,
-                                                    "checkpoint_s3_uri": checkpoint.s3_uri})
+            spec = dataclasses.replace(spec, checkpoint_s3_uri=checkpoint.s3_uri)
         files: dict[str, bytes] = {}
         shipped = bool(self.resolve("include_local_workdir", session.defaults))
         if spec.dependencies == AUTO_CAPTURE:
@@ -201,10 +203,8 @@ class RemoteOptions:
             packed = pack_workdir(Path.cwd(), file_filter=self._file_filter(session.defaults),
                                   max_bytes=WORKDIR_MAX_BYTES)
             files[f"workdir/{packed.sha256}.zip"] = packed.data
-            spec = dataclasses.replace(spec, extra={**spec.extra,
-                                                    "workdir_sha256": packed.sha256,
-                                                    "workdir_files": packed.files,
-                                                    "workdir_bytes": packed.size_bytes})
+            spec = dataclasses.replace(spec, workdir=Workdir(packed.sha256, packed.files,
+                                                             packed.size_bytes))
         return spec, files
 
     def _file_filter(self, defaults: Any) -> Any:
@@ -225,14 +225,7 @@ class RemoteOptions:
                     f"{_CONFIG_KEYS[name]} is set in {defaults.remote_function[_CONFIG_KEYS[name]].source} "
                     f"but is not supported by this version of shoal yet (TODO({issue}))",
                     key=_CONFIG_KEYS[name])
-        instance_type = self.resolve("instance_type", defaults) or "local"
-        itype = resolve_instance_type(instance_type)
-        gpu_note = self._check_gpus(itype.name, itype.gpus)
-        env = self.resolve("environment_variables", defaults) or {}
-        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in env.items()):
-            raise InvalidArgumentError("environment_variables must map str to str",
-                                       argument="environment_variables")
+        options = self.job_options(defaults)
         inert = {}
         for name in _INERT:
             value = self.resolve(name, defaults)
@@ -241,60 +234,37 @@ class RemoteOptions:
                 session.report_inert(name, f"{name}={value!r} has no effect on the "
                                            f"{session.settings.backend} backend; it is kept "
                                            "on the job record")
-        extra: dict[str, Any] = {"sys_path": _import_path()}
-        run = current_run_context()
-        if run is not None:  # the job's load_run() finds the caller's run (SHOAL_RUN_CONTEXT)
-            extra["run"] = run
-        conda_env = self.resolve("job_conda_env", defaults)
-        if conda_env not in (None, UNSET, ""):
-            if not isinstance(conda_env, str) or not conda_env.strip():
-                raise InvalidArgumentError("job_conda_env must be the name of a conda "
-                                           "environment", argument="job_conda_env")
-            deps = self.resolve("dependencies", defaults)
-            if isinstance(deps, str) and deps.endswith((".yml", ".yaml")):
-                raise InvalidArgumentError("give job_conda_env or a conda environment file as "
-                                           "dependencies, not both; to add packages to the named "
-                                           "environment give a requirements.txt",
-                                           argument="job_conda_env")
-            extra["conda_env"] = conda_env.strip()
-        if gpu_note:
-            extra["gpu_fallback"] = gpu_note
-        if getattr(session.settings, "strict_versions", False):
-            extra["strict_versions"] = True  # a conda file's python= must then be the client's
-        if self.use_torchrun:
-            per_node = self.nproc_per_node if self.nproc_per_node not in (UNSET, None) else \
-                max(1, 0 if gpu_note else itype.gpus)
-            extra["distribution"] = {"hosts": self.instance_count, "per_host": per_node,
-                                     "torchrun": True}
         commands, script = self._pre_execution(defaults)
-        base = self.job_name_prefix or getattr(func, "__name__", "job")
-        now = datetime.now(UTC)
-        return JobSpec(
-            name=JobName(RandomIdFactory().job_name(base, now)),
+        run = current_run_context()  # the job's load_run() finds the caller's run
+        per_node = self.nproc_per_node if self.nproc_per_node not in (UNSET, None) else None
+        return job_spec(
+            options, session.settings,
+            name=new_job_name(self.job_name_prefix or str(getattr(func, "__name__", "job"))),
             kind=JobKind.FUNCTION,
             function_name=f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}",
-            instance_type=itype.name,
-            cpus=float(itype.cpus),
-            memory_mib=int(itype.memory_gib * 1024) or None,
-            gpus=0 if gpu_note else itype.gpus,
-            allow_cpu_fallback=self.allow_cpu_fallback,
-            environment_variables=dict(env),
-            dependencies=self._dependencies(defaults),
-            pre_execution_commands=commands,
-            pre_execution_script=script,
-            max_runtime_in_seconds=self.max_runtime_in_seconds,
-            max_retry_attempts=self.max_retry_attempts,
-            stop_grace_period_in_seconds=self.stop_grace_period_in_seconds,
-            keep_alive_period_in_seconds=self.keep_alive_period_in_seconds
-            or _backend_keep_alive(session.settings),
-            tags=self._tags(defaults),
-            python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
-            inert_settings=inert,
-            extra=extra,
-        )
+            distribution=options.ranks(torchrun=True, per_host=per_node)
+            if self.use_torchrun else None,
+            dependencies=self._dependencies(defaults), pre_execution_commands=commands,
+            pre_execution_script=script, inert_settings=inert, sys_path=_import_path(),
+            run=None if run is None else RunRef.from_json(run),
+            conda_env=self._conda_env(defaults),
+            # a conda file's python= must then be the client's
+            strict_versions=bool(getattr(session.settings, "strict_versions", False)))
 
-    def _check_gpus(self, name: str, gpus: int) -> str | None:
-        return check_gpus(name, gpus, self.allow_cpu_fallback)
+    def _conda_env(self, defaults: Any) -> str | None:
+        conda_env = self.resolve("job_conda_env", defaults)
+        if conda_env in (None, UNSET, ""):
+            return None
+        if not isinstance(conda_env, str) or not conda_env.strip():
+            raise InvalidArgumentError("job_conda_env must be the name of a conda "
+                                       "environment", argument="job_conda_env")
+        deps = self.resolve("dependencies", defaults)
+        if isinstance(deps, str) and deps.endswith((".yml", ".yaml")):
+            raise InvalidArgumentError("give job_conda_env or a conda environment file as "
+                                       "dependencies, not both; to add packages to the named "
+                                       "environment give a requirements.txt",
+                                       argument="job_conda_env")
+        return conda_env.strip()
 
     def _dependencies(self, defaults: Any) -> str | None:
         deps = self.resolve("dependencies", defaults)
@@ -352,36 +322,5 @@ def _import_path() -> list[str]:
     return list(_IMPORT_PATH[1])
 
 
-def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
-    """None when this machine has the GPUs *name* asks for; the CPU-fallback note when it
-    lacks them and the caller allowed that; else ResourceUnavailableError."""
-    if gpus <= 0:
-        return None
-    have = _visible_gpus()
-    if have >= gpus:
-        return None
-    note = f"{name} asks for {gpus} GPU(s); this machine has {have}"
-    if not allow_cpu_fallback:
-        raise ResourceUnavailableError(
-            f"{note}. Pass allow_cpu_fallback=True to run on the CPU instead, or choose a CPU "
-            "instance type such as ml.m5.xlarge", instance_type=name)
-    return f"ran on CPU: {note}"
+_NAMES = frozenset(f.name for f in dataclasses.fields(RemoteOptions))
 
-
-def is_ray(settings: Any) -> bool:
-    backend = str(getattr(settings, "backend", "local"))
-    return backend == "ray" or backend.startswith("ray://")
-
-
-def _backend_keep_alive(settings: Any) -> int:
-    """The keep-alive a job gets when it asks for none: on Ray, warm supervisor actors serve
-    jobs by default (``ray_keep_alive_seconds``); locally, none (SageMaker's default)."""
-    return int(getattr(settings, "ray_keep_alive_seconds", 0) or 0) if is_ray(settings) else 0
-
-
-def _visible_gpus() -> int:
-    return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
-
-
-def signature_names() -> list[str]:
-    return [p for p in inspect.signature(RemoteOptions).parameters if p != "extra"]

@@ -10,17 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import InvalidArgumentError
+from shoal.jobs._options import positive
 
 __all__ = ["check_code", "check_hyperparameters", "check_metrics", "positive"]
 
 _FLAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-
-
-def positive(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}",
-                                   argument=name)
-    return value
 
 
 def check_code(entry_point: str | None, source_dir: str | None) -> tuple[str, Path | None]:

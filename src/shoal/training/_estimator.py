@@ -12,22 +12,18 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tarfile
 import tempfile
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shoal.core.clock import RandomIdFactory
 from shoal.core.inert import given, report_inert
-from shoal.core.jobs import JobKind, JobName, JobSpec, JobStatus
-from shoal.core.resources import resolve_instance_type
+from shoal.core.jobs import JobKind, JobSpec, JobStatus, RunRef, TrainingSpec
 from shoal.core.tags import normalise_tags
 from shoal.errors import InvalidArgumentError
 from shoal.image_uris import parse_image_uri
-from shoal.remote_function._options import check_gpus
+from shoal.jobs._options import JobOptions, job_spec, new_job_name
 from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
 from shoal.training._inputs import check_input_mode, resolve_channels
 from shoal.training._job import TrainingJob
@@ -55,6 +51,10 @@ _INERT: dict[str, Any] = {
     "compiler_config": None, "training_recipe": None, "recipe_overrides": None,
     "image_uri_region": None,
 }
+
+
+#: Estimator's names of the job options whose @remote names differ (for the errors).
+_SAGEMAKER_NAMES = {"max_runtime_in_seconds": "max_run", "environment_variables": "environment"}
 
 
 def _session(given: Any) -> Any:
@@ -91,7 +91,7 @@ class Estimator:
     def __init__(
             self, image_uri: str | None = None, role: str | None = None,
             instance_count: int | None = 1, instance_type: str | None = None,
-            keep_alive_period_in_seconds: int | None = None, volume_size: int = 30,
+            keep_alive_period_in_seconds: float | None = None, volume_size: int = 30,
             volume_kms_key: str | None = None, max_run: int = 24 * 60 * 60,
             input_mode: str = "File", output_path: str | None = None,
             output_kms_key: str | None = None, base_job_name: str | None = None,
@@ -134,28 +134,19 @@ class Estimator:
         self.entry_point, self.source_dir = check_code(a["entry_point"], a["source_dir"])
         self.hyperparameters_ = check_hyperparameters(a["hyperparameters"])
         self.metric_definitions = check_metrics(a["metric_definitions"])
-        self.instance_count = positive(a["instance_count"] or 1, "instance_count")
-        self.instance_type = a["instance_type"] or "local"
-        self._itype = resolve_instance_type(self.instance_type)
-        self.allow_cpu_fallback = a["allow_cpu_fallback"]
-        self._gpu_note = self._check_gpus()
-        self.max_run = positive(a["max_run"], "max_run")
-        self.max_retry_attempts = positive(a["max_retry_attempts"] or 1, "max_retry_attempts")
-        keep = a["keep_alive_period_in_seconds"] or 0
-        if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= 3600:
-            raise InvalidArgumentError("keep_alive_period_in_seconds must be an integer from 0 "
-                                       f"to 3600, got {keep!r}",
-                                       argument="keep_alive_period_in_seconds")
-        self.keep_alive_period_in_seconds = keep
+        self.job_options = JobOptions(
+            instance_type=a["instance_type"] or "local", instance_count=a["instance_count"] or 1,
+            keep_alive_period_in_seconds=a["keep_alive_period_in_seconds"] or 0,
+            max_runtime_in_seconds=a["max_run"],
+            max_retry_attempts=a["max_retry_attempts"] or 1,
+            allow_cpu_fallback=a["allow_cpu_fallback"],
+            environment_variables=a["environment"] or {}, tags=tuple(normalise_tags(a["tags"])),
+            names=_SAGEMAKER_NAMES)
+        self.job_options.resources()  # an unknown type, or GPUs this machine lacks: now
         self.volume_size = positive(a["volume_size"], "volume_size")
         self.input_mode = check_input_mode(a["input_mode"] or "File")
         self.output_path = a["output_path"].rstrip("/") if a["output_path"] else None
         self.base_job_name = a["base_job_name"]
-        self.tags = tuple(normalise_tags(a["tags"]))
-        env = dict(a["environment"] or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise InvalidArgumentError("environment must map str to str", argument="environment")
-        self.environment = env
         self.model_uri, self.model_channel_name = a["model_uri"], a["model_channel_name"]
         cp = a["checkpoint_s3_uri"]
         self.checkpoint_s3_uri = cp.rstrip("/") if cp else None
@@ -163,16 +154,47 @@ class Estimator:
         self.dependencies = a["dependencies"]
         self._requirements = self._requirements_file()
         self.distribution = dict(a["distribution"] or {})
-        self._ranks = self._check_distribution()
+        self._torchrun = self._check_distribution()
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
 
     # --- validation -------------------------------------------------------------------
 
-    def _check_gpus(self) -> str | None:
-        return check_gpus(self._itype.name, self._itype.gpus, self.allow_cpu_fallback)
+    # SageMaker's Estimator attributes, from the job options
+    @property
+    def instance_type(self) -> str:
+        return self.job_options.instance_type
 
-    def _check_distribution(self) -> dict[str, Any]:
+    @property
+    def instance_count(self) -> int:
+        return self.job_options.instance_count
+
+    @property
+    def keep_alive_period_in_seconds(self) -> float:
+        return self.job_options.keep_alive_period_in_seconds
+
+    @property
+    def max_run(self) -> int:
+        return self.job_options.max_runtime_in_seconds
+
+    @property
+    def max_retry_attempts(self) -> int:
+        return self.job_options.max_retry_attempts
+
+    @property
+    def allow_cpu_fallback(self) -> bool:
+        return self.job_options.allow_cpu_fallback
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return dict(self.job_options.environment_variables)
+
+    @property
+    def tags(self) -> tuple[tuple[str, str], ...]:
+        return self.job_options.tags
+
+    def _check_distribution(self) -> bool:
+        """Whether the distribution asks for torchrun (the only one there is)."""
         dist = self.distribution
         torchrun = False
         for key in ("torch_distributed", "pytorchddp"):
@@ -183,8 +205,7 @@ class Estimator:
             raise InvalidArgumentError(
                 f"distribution {', '.join(unsupported)} is not supported; use "
                 "{'torch_distributed': {'enabled': True}}", argument="distribution")
-        per_host = max(1, 0 if self._gpu_note else self._itype.gpus) if torchrun else 1
-        return {"hosts": self.instance_count, "per_host": per_host, "torchrun": torchrun}
+        return torchrun
 
     def _requirements_file(self) -> Path | None:
         deps = self.dependencies
@@ -255,7 +276,7 @@ class Estimator:
             spec = self._spec(name, channels, session, run, requirements)
             record = session.jobs.submit_script(spec, files)
         if run is not None:
-            session.metadata.link_run_job(run["experiment_name"], run["run_name"], name)
+            session.metadata.link_run_job(run.experiment_name, run.run_name, name)
         self.latest_training_job = TrainingJob(self, record.name)
         self._current_job_name = record.name
         if wait:
@@ -295,19 +316,19 @@ class Estimator:
                                            "hyphens, starting with a letter or digit",
                                            argument="job_name")
             return given
-        base = self.base_job_name or Path(self.entry_point).stem or "training"
-        return str(RandomIdFactory().job_name(base, datetime.now(UTC)))
+        return new_job_name(self.base_job_name or Path(self.entry_point).stem or "training")
 
     @staticmethod
-    def _run_context(experiment_config: Mapping[str, str] | None) -> dict[str, str] | None:
+    def _run_context(experiment_config: Mapping[str, str] | None) -> RunRef | None:
         if experiment_config:
             exp = experiment_config.get("ExperimentName")
             run = experiment_config.get("RunName") or experiment_config.get("TrialName")
             if exp and run:
-                return {"experiment_name": exp, "run_name": run}
+                return RunRef(exp, run)
         from shoal.experiments import current_run_context
 
-        return current_run_context()
+        context = current_run_context()
+        return None if context is None else RunRef.from_json(context)
 
     def _pack(self, archive: Path) -> None:
         """source_dir (or the entry point alone) and any dependency dirs, as a tar.gz."""
@@ -350,54 +371,41 @@ class Estimator:
         return tuple(lines) if build else ()
 
     def _spec(self, name: str, channels: dict[str, Any], session: Any,
-              run: dict[str, str] | None, requirements: str | None) -> JobSpec:
+              run: RunRef | None, requirements: str | None) -> JobSpec:
         inert = dict(self.inert)  # and the channels' own (TrainingInput(hub_access_config=...))
         for channel in channels.values():
             inert.update(channel.pop("inert", {}))
-        training = {
-            "entry_point": Path(self.entry_point).as_posix() if self.source_dir else
+        training = TrainingSpec(
+            entry_point=Path(self.entry_point).as_posix() if self.source_dir else
             Path(self.entry_point).name,
-            "source_key": f"{name}/source/sourcedir.tar.gz",
-            "source_uri": session.artifacts.uri(f"{name}/source/sourcedir.tar.gz"),
-            "hyperparameters": dict(self.hyperparameters_), "channels": channels,
-            "output_path": self.output_path, "output_root": self._output_root,
-            "metric_definitions": [dict(d) for d in self.metric_definitions],
-            "checkpoint_uri": self.checkpoint_s3_uri,
-            "checkpoint_s3_uri": self.checkpoint_s3_uri,
-            "checkpoint_local_path": self.checkpoint_local_path or _OPT_ML_CHECKPOINTS,
-            "instance_count": self.instance_count, "volume_size": self.volume_size,
-            "input_mode": self.input_mode, "distribution_config": self.distribution,
-            "framework": list(self._framework) if self._framework else None,
-            "framework_module": self._framework_module(),
-            "estimator": type(self).__name__,
-        }
-        extra: dict[str, Any] = {"training": training, "distribution": self._ranks}
-        if self._framework is not None:
-            extra["sagemaker_alias"] = True  # as in SageMaker's containers: import sagemaker
-        if getattr(self, "strict_versions", session.settings.strict_versions):
-            extra["strict_versions"] = True
-        for notice in getattr(self, "_framework_notices", ()):  # on the record, and warned once
-            extra.setdefault("framework_notices", []).append(notice)
+            source_key=f"{name}/source/sourcedir.tar.gz",
+            source_uri=session.artifacts.uri(f"{name}/source/sourcedir.tar.gz"),
+            hyperparameters=dict(self.hyperparameters_), channels=channels,
+            output_path=self.output_path, output_root=self._output_root,
+            metric_definitions=tuple(dict(d) for d in self.metric_definitions),
+            checkpoint_s3_uri=self.checkpoint_s3_uri,
+            checkpoint_local_path=self.checkpoint_local_path or _OPT_ML_CHECKPOINTS,
+            instance_count=self.instance_count, volume_size=self.volume_size,
+            input_mode=self.input_mode, distribution_config=self.distribution,
+            framework=self._framework, framework_module=self._framework_module(),
+            estimator=type(self).__name__)
+        notices = tuple(getattr(self, "_framework_notices", ()))
+        for notice in notices:  # on the record, and warned once
             session.report_inert(f"framework:{notice}", notice)
-        if run is not None:
-            extra["run"] = run
-        if self._gpu_note:
-            extra["gpu_fallback"] = self._gpu_note
         report_inert(session.report_inert, inert, session.settings.backend, "job")
         deps = None
         if requirements is not None:
             deps = str(self._requirements or (self.source_dir or Path.cwd()) / "requirements.txt")
-        return JobSpec(
-            name=JobName(name), kind=JobKind.SCRIPT, function_name=training["entry_point"],
-            instance_type=self._itype.name, cpus=float(self._itype.cpus),
-            memory_mib=int(self._itype.memory_gib * 1024) or None,
-            gpus=0 if self._gpu_note else self._itype.gpus,
-            allow_cpu_fallback=self.allow_cpu_fallback,
-            environment_variables=dict(self.environment), dependencies=deps,
-            max_runtime_in_seconds=self.max_run, max_retry_attempts=self.max_retry_attempts,
-            keep_alive_period_in_seconds=self.keep_alive_period_in_seconds, tags=self.tags,
-            python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
-            inert_settings=dict(inert), extra=extra)
+        return job_spec(
+            self.job_options, session.settings, name=name, kind=JobKind.SCRIPT,
+            function_name=training.entry_point,
+            distribution=self.job_options.ranks(torchrun=self._torchrun),
+            dependencies=deps, inert_settings=inert, run=run,
+            # as in SageMaker's containers: import sagemaker
+            sagemaker_alias=self._framework is not None,
+            strict_versions=bool(getattr(self, "strict_versions",
+                                         session.settings.strict_versions)),
+            training=training, framework_notices=notices)
 
     def _framework_module(self) -> str:
         return ""
@@ -409,39 +417,39 @@ class Estimator:
         session = _session(sagemaker_session)
         # Its secret variables are stored encrypted: decrypted with the job's key.
         record = session.jobs.unseal(session.jobs.get(training_job_name))
-        cfg = record.spec.extra.get("training")
-        if record.spec.kind != JobKind.SCRIPT or not cfg:
+        spec = record.spec
+        cfg = spec.training
+        if spec.kind != JobKind.SCRIPT or cfg is None:
             raise InvalidArgumentError(f"job {training_job_name} is not a training job (it runs "
-                                       f"{record.spec.kind} {record.spec.function_name})",
+                                       f"{spec.kind} {spec.function_name})",
                                        job=training_job_name)
         est = cls.__new__(cls)
         est.sagemaker_session = session
-        est.inert = dict(record.spec.inert_settings)
-        est.entry_point = cfg["entry_point"]
+        est.inert = dict(spec.inert_settings)
+        est.entry_point = cfg.entry_point
         est.source_dir = None
-        est.hyperparameters_ = dict(cfg.get("hyperparameters") or {})
-        est.metric_definitions = list(cfg.get("metric_definitions") or [])
-        est.instance_count = int(cfg.get("instance_count", 1))
-        est.instance_type = record.spec.instance_type or "local"
-        est._itype = resolve_instance_type(est.instance_type)
-        est.allow_cpu_fallback = record.spec.allow_cpu_fallback
-        est._gpu_note = record.spec.extra.get("gpu_fallback")
-        est.max_run = record.spec.max_runtime_in_seconds
-        est.max_retry_attempts = record.spec.max_retry_attempts
-        est.keep_alive_period_in_seconds = record.spec.keep_alive_period_in_seconds
-        est.volume_size = int(cfg.get("volume_size", 30))
-        est.input_mode = str(cfg.get("input_mode", "File"))
+        est.hyperparameters_ = dict(cfg.hyperparameters)
+        est.metric_definitions = [dict(d) for d in cfg.metric_definitions]
+        est.job_options = JobOptions(
+            instance_type=spec.instance_type or "local", instance_count=cfg.instance_count,
+            keep_alive_period_in_seconds=spec.keep_alive_period_in_seconds,
+            max_runtime_in_seconds=spec.max_runtime_in_seconds,
+            max_retry_attempts=spec.max_retry_attempts,
+            allow_cpu_fallback=spec.allow_cpu_fallback,
+            stop_grace_period_in_seconds=spec.stop_grace_period_in_seconds,
+            environment_variables=spec.environment_variables, tags=spec.tags,
+            names=_SAGEMAKER_NAMES)
+        est.volume_size = cfg.volume_size
+        est.input_mode = cfg.input_mode
         est.model_uri, est.model_channel_name = None, model_channel_name
-        est.output_path = cfg.get("output_path")
+        est.output_path = cfg.output_path
         est.base_job_name = None
-        est.tags = record.spec.tags
-        est.environment = dict(record.spec.environment_variables)
-        est.checkpoint_s3_uri = cfg.get("checkpoint_s3_uri")
-        est.checkpoint_local_path = cfg.get("checkpoint_local_path")
+        est.checkpoint_s3_uri = cfg.checkpoint_s3_uri
+        est.checkpoint_local_path = cfg.checkpoint_local_path
         est.dependencies = None
         est._requirements = None
-        est.distribution = dict(cfg.get("distribution_config") or {})
-        est._ranks = dict(record.spec.extra.get("distribution") or {})
+        est.distribution = dict(cfg.distribution_config)
+        est._torchrun = bool(spec.distribution and spec.distribution.torchrun)
         est.latest_training_job = TrainingJob(est, record.name)
         est._current_job_name = record.name
         if not record.is_terminal:

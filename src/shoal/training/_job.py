@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.experiments import job_owner
-from shoal.core.jobs import JobRecord, JobStatus
+from shoal.core.jobs import JobRecord, JobStatus, TrainingSpec
 from shoal.core.secrets import mask_env
 from shoal.errors import JobFailedError
 
@@ -43,9 +43,8 @@ class TrainingJob:
 
     @property
     def model_data(self) -> str:
-        cfg = self.record().spec.extra.get("training") or {}
-        root = cfg.get("output_path") or cfg.get("output_root") or self._session.artifacts.root
-        return f"{str(root).rstrip('/')}/{self.name}/output/model.tar.gz"
+        cfg = self.record().spec.training or TrainingSpec(entry_point="")
+        return cfg.model_data(self.name, str(self._session.artifacts.root))
 
     def wait(self, logs: bool = True) -> JobRecord:
         """Follow the job to its end; raise JobFailedError (naming it) unless it completed."""
@@ -71,23 +70,23 @@ class TrainingJob:
         """The job in the shape of SageMaker's DescribeTrainingJob."""
         record = self.record()
         spec = record.spec
-        cfg = spec.extra.get("training") or {}
+        cfg = spec.training or TrainingSpec(entry_point="")
         out: dict[str, Any] = {
             "TrainingJobName": record.name,
             "TrainingJobStatus": _SAGEMAKER_STATUS[record.status],
             "SecondaryStatus": _SECONDARY[record.status],
             "HyperParameters": {k: v if isinstance(v, str) else json.dumps(v)
-                                for k, v in (cfg.get("hyperparameters") or {}).items()},
+                                for k, v in cfg.hyperparameters.items()},
             "AlgorithmSpecification": {"TrainingInputMode": "File",
-                                       "MetricDefinitions": cfg.get("metric_definitions") or []},
+                                       "MetricDefinitions": [dict(d) for d in
+                                                             cfg.metric_definitions]},
             "InputDataConfig": [{"ChannelName": n, "DataSource": {"S3DataSource": {
                 "S3Uri": c["uri"], "S3DataType": "S3Prefix",
                 "S3DataDistributionType": c.get("distribution") or "FullyReplicated"}}}
-                for n, c in (cfg.get("channels") or {}).items()],
-            "OutputDataConfig": {"S3OutputPath": cfg.get("output_path") or cfg.get(
-                "output_root")},
+                for n, c in cfg.channels.items()],
+            "OutputDataConfig": {"S3OutputPath": cfg.output_path or cfg.output_root},
             "ResourceConfig": {"InstanceType": spec.instance_type,
-                               "InstanceCount": cfg.get("instance_count", 1)},
+                               "InstanceCount": cfg.instance_count},
             "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_runtime_in_seconds},
             "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
             "Environment": mask_env(spec.environment_variables),
@@ -105,13 +104,12 @@ class TrainingJob:
             out["FailureReason"] = record.failure_reason
         if record.status == JobStatus.COMPLETED:
             out["ModelArtifacts"] = {"S3ModelArtifacts": self.model_data}
-        if cfg.get("checkpoint_s3_uri"):
-            out["CheckpointConfig"] = {"S3Uri": cfg["checkpoint_s3_uri"],
-                                       "LocalPath": cfg.get("checkpoint_local_path")}
-        run = spec.extra.get("run")
-        if run:
-            out["ExperimentConfig"] = {"ExperimentName": run["experiment_name"],
-                                       "RunName": run["run_name"]}
+        if cfg.checkpoint_s3_uri:
+            out["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri,
+                                       "LocalPath": cfg.checkpoint_local_path}
+        if spec.run is not None:
+            out["ExperimentConfig"] = {"ExperimentName": spec.run.experiment_name,
+                                       "RunName": spec.run.run_name}
         last: dict[str, Any] = {}
         for p in self._session.metadata.get_metrics(job_owner(record.name)):
             last[p.name] = p
