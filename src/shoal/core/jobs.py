@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Any, ClassVar, NewType, Self
 
 from shoal.errors import InvalidTransitionError
 
@@ -187,56 +187,48 @@ def _legacy_extra(extra: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
+class _Part:
+    """A part of a spec whose fields are JSON values: stored as a mapping of them; read back
+    ignoring names it does not know (a record from a later version)."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True, slots=True)
-class RunRef:
+class RunRef(_Part):
     """An experiment run, by its names."""
 
     experiment_name: str
     run_name: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"experiment_name": self.experiment_name, "run_name": self.run_name}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRef:
-        return cls(str(data["experiment_name"]), str(data["run_name"]))
-
 
 @dataclass(frozen=True, slots=True)
-class BatchRef:
+class BatchRef(_Part):
     """The *index*-th job of the hand-over (batch) *id*."""
 
     id: str
     index: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "index": self.index}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchRef:
-        return cls(str(data["id"]), int(data.get("index", 0)))
-
 
 @dataclass(frozen=True, slots=True)
-class ClientRef:
+class ClientRef(_Part):
     """The process that submitted a job: its host, pid and start time (clock ticks)."""
 
     host: str
     pid: int
     start_ticks: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "start_ticks": self.start_ticks}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ClientRef:
-        ticks = data.get("start_ticks")
-        return cls(str(data.get("host", "")), int(data.get("pid") or 0),
-                   None if ticks is None else int(ticks))
-
 
 @dataclass(frozen=True, slots=True)
-class Distribution:
+class Distribution(_Part):
     """How many processes a job runs: hosts × processes per host (torchrun's ranks)."""
 
     hosts: int = 1
@@ -247,30 +239,14 @@ class Distribution:
     def world(self) -> int:
         return self.hosts * self.per_host
 
-    def to_json(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "per_host": self.per_host, "torchrun": self.torchrun}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Distribution:
-        return cls(int(data.get("hosts", 1)), int(data.get("per_host", 1)),
-                   bool(data.get("torchrun", False)))
-
 
 @dataclass(frozen=True, slots=True)
-class Workdir:
+class Workdir(_Part):
     """The packed working directory of a job (``workdir/<sha256>.zip`` in its prefix)."""
 
     sha256: str
     files: int = 0
     size_bytes: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sha256": self.sha256, "files": self.files, "size_bytes": self.size_bytes}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Workdir:
-        return cls(str(data["sha256"]), int(data.get("files", 0)),
-                   int(data.get("size_bytes", 0)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,7 +293,7 @@ class JobService:
                           env=self._handover_env(dict(zip(names, secrets, strict=True))),
                           prepare=self._prepare,
                           pool=self._spec_pool_key(template, template.name) if keep else None,
-                          keep_alive_seconds=float(keep), cpus=template.cpus,
+                          keep_alive_seconds=keep, cpus=template.cpus,
                           gpus=template.gpus, memory_mib=template.memory_mib, batch=names)
         try:
             info = self.backend.launch(ctx)
@@ -355,7 +355,7 @@ class JobService:
         ctx = ExecContext(job=record.name, entrypoint=self._entrypoint, args=(record.name,),
                           env=self._handover_env({record.name: secret}), prepare=self._prepare,
                           pool=self._pool_key(record) if keep else None,
-                          keep_alive_seconds=float(keep), cpus=spec.cpus, gpus=spec.gpus,
+                          keep_alive_seconds=keep, cpus=spec.cpus, gpus=spec.gpus,
                           memory_mib=spec.memory_mib, hosts=ranks_of(spec).hosts)
         try:
             info = self.backend.launch(ctx)

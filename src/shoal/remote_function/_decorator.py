@@ -95,7 +95,7 @@ def remote(
         include_local_workdir: bool | None = UNSET, custom_file_filter: Any = UNSET,
         instance_count: int = 1, instance_type: str | None = UNSET,
         job_conda_env: str | None = UNSET, job_name_prefix: str | None = None,
-        keep_alive_period_in_seconds: int = 0, max_retry_attempts: int = 1,
+        keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
         max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
         s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
         sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,

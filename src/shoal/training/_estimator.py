@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from shoal.core.inert import given, report_inert
 from shoal.core.jobs import JobKind, JobSpec, JobStatus, RunRef, TrainingSpec
@@ -31,6 +31,7 @@ from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
 
 __all__ = ["Estimator", "TrainingJob"]
 
+T = TypeVar("T")
 _JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _OPT_ML_CHECKPOINTS = "/opt/ml/checkpoints"
 #: SageMaker settings with no meaning here, with SageMaker's defaults: a value other than the
@@ -55,6 +56,25 @@ _INERT: dict[str, Any] = {
 
 #: Estimator's names of the job options whose @remote names differ (for the errors).
 _SAGEMAKER_NAMES = {"max_runtime_in_seconds": "max_run", "environment_variables": "environment"}
+
+
+class _FromOptions(Generic[T]):
+    """An estimator attribute that is one of its ``job_options`` (read-only)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, est: None, owner: type) -> _FromOptions[T]: ...
+    @overload
+    def __get__(self, est: Estimator, owner: type | None = None) -> T: ...
+
+    def __get__(self, est: Estimator | None, owner: type | None = None
+                ) -> T | _FromOptions[T]:
+        if est is None:  # on the class, as a property is
+            return self
+        value: T = getattr(est.job_options, self._name)
+        return value
 
 
 def _session(given: Any) -> Any:
@@ -160,38 +180,15 @@ class Estimator:
 
     # --- validation -------------------------------------------------------------------
 
-    # SageMaker's Estimator attributes, from the job options
-    @property
-    def instance_type(self) -> str:
-        return self.job_options.instance_type
-
-    @property
-    def instance_count(self) -> int:
-        return self.job_options.instance_count
-
-    @property
-    def keep_alive_period_in_seconds(self) -> float:
-        return self.job_options.keep_alive_period_in_seconds
-
-    @property
-    def max_run(self) -> int:
-        return self.job_options.max_runtime_in_seconds
-
-    @property
-    def max_retry_attempts(self) -> int:
-        return self.job_options.max_retry_attempts
-
-    @property
-    def allow_cpu_fallback(self) -> bool:
-        return self.job_options.allow_cpu_fallback
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return dict(self.job_options.environment_variables)
-
-    @property
-    def tags(self) -> tuple[tuple[str, str], ...]:
-        return self.job_options.tags
+    # SageMaker's Estimator attributes, read from the job options
+    instance_type = _FromOptions[str]("instance_type")
+    instance_count = _FromOptions[int]("instance_count")
+    keep_alive_period_in_seconds = _FromOptions[float]("keep_alive_period_in_seconds")
+    max_run = _FromOptions[int]("max_runtime_in_seconds")
+    max_retry_attempts = _FromOptions[int]("max_retry_attempts")
+    allow_cpu_fallback = _FromOptions[bool]("allow_cpu_fallback")
+    environment = _FromOptions[Mapping[str, str]]("environment_variables")
+    tags = _FromOptions[tuple[tuple[str, str], ...]]("tags")
 
     def _check_distribution(self) -> bool:
         """Whether the distribution asks for torchrun (the only one there is)."""
