@@ -9,11 +9,16 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.remote_function._executor import _batchable
 from shoal.remote_function._options import UNSET, RemoteOptions, is_ray
 from shoal.remote_function._runs import link_to_run
+
+if TYPE_CHECKING:
+    from shoal.core.jobs import JobSpec
+    from shoal.core.ports import RunStore
+    from shoal.jobs.service import JobService
 
 __all__ = ["remote"]
 
@@ -39,9 +44,9 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     service = session.jobs
     if is_ray(session.settings) and _batchable(spec, files, session) \
             and not (stream and sys.stdout.isatty()):
-        return _run_warm(service, spec, func, args, kwargs, stream=stream)
+        return _run_warm(service, session.metadata, spec, func, args, kwargs, stream=stream)
     record = service.submit_function(spec, func, args, kwargs, files=files)
-    link_to_run(service.metadata, spec, record.name)
+    link_to_run(session.metadata, spec, record.name)
     if stream and sys.stdout.isatty():
         with _Progress(record.name) as progress:
             record = service.wait(record.name, on_output=progress.output,
@@ -51,12 +56,12 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     return service.outcome(record)
 
 
-def _run_warm(service: Any, spec: Any, func: Callable[..., Any], args: tuple[Any, ...],
-              kwargs: dict[str, Any], *, stream: bool) -> Any:
+def _run_warm(service: JobService, runs: RunStore, spec: JobSpec, func: Callable[..., Any],
+              args: tuple[Any, ...], kwargs: dict[str, Any], *, stream: bool) -> Any:
     """On Ray: the call goes to a warm supervisor actor as a batch of one (one transaction
     creates its record, one file holds its payloads, the result comes back with the news)."""
     batch = service.submit_batch([spec], func, [(args, kwargs)])
-    link_to_run(service.metadata, spec, batch.names[0])
+    link_to_run(runs, spec, batch.names[0])
     # Read to the end: the actor is handed the next call only once it said it is done.
     [(_name, outcome)] = list(batch.outcomes(on_output=_stream if stream else None))
     return outcome()

@@ -252,7 +252,7 @@ class RemoteExecutor(Executor):
             item.future._job_ready.set()
             raise
         item.future._bind(service, record.name)  # sets _job_ready once the name is known
-        link_to_run(service.metadata, item.spec, record.name)
+        link_to_run(item.session.metadata, item.spec, record.name)
         record = service.wait(record.name)
         return service.outcome(record)
 
@@ -272,7 +272,7 @@ class RemoteExecutor(Executor):
         for item, name in zip(items, batch.names, strict=True):
             item.future._bind(service, name)
             futures[name] = item.future
-            link_to_run(service.metadata, item.spec, name)
+            link_to_run(items[0].session.metadata, item.spec, name)
         try:
             for name, outcome in batch.outcomes():
                 futures.pop(name)._settle(outcome)

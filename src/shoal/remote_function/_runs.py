@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from shoal.core.jobs import JobSpec
+from shoal.core.ports import RunStore
 from shoal.errors import ShoalError
 
 __all__ = ["link_to_run"]
@@ -13,7 +13,7 @@ __all__ = ["link_to_run"]
 logger = logging.getLogger(__name__)
 
 
-def link_to_run(metadata: Any, spec: JobSpec, job_name: str) -> None:
+def link_to_run(metadata: RunStore, spec: JobSpec, job_name: str) -> None:
     """Record that *job_name* ran for the run its spec names (``extra["run"]``), if any."""
     run = spec.extra.get("run")
     if not run:
