@@ -175,3 +175,24 @@ def test_a_job_recorded_without_its_client_secret_cannot_be_verified(tmp_path: P
     stranger = memory_job_service(tmp_path, backend=svc.backend, keys=False)
     with pytest.raises(PayloadIntegrityError, match=JOB_SECRETS_VAR):
         stranger.payload_key(name)
+
+
+def test_a_batch_goes_to_one_supervisor_and_its_jobs_fail_when_it_exits(tmp_path: Path) -> None:
+    svc = memory_job_service(tmp_path)
+    specs = [JobSpec(name=JobName(f"divide-b{i}"), function_name="operator.truediv")
+             for i in range(2)]
+    batch = svc.submit_batch(specs, operator.truediv, [((6, 3), {}), ((1, 4), {})])
+    backend = svc.backend
+    assert isinstance(backend, MemoryBackend)
+    [ctx] = backend.launched
+    assert ctx.batch == batch.names and ctx.args == (ctx.job, *batch.names)
+    assert set(take_handover(dict(ctx.env))) == set(batch.names)
+    for name in batch.names:
+        record = svc.get(name)
+        assert (record.status, record.handle) == (JobStatus.PENDING, backend.handle(name))
+        # Each job's function and arguments are in its batch's files, verifiable by the
+        # supervisor it was handed to.
+        assert _as_supervisor(svc, tmp_path, name).get_payload(name, "arguments").data
+    backend.exit(batch.names[0])
+    assert sorted(svc.reap()) == sorted(batch.names)
+    assert {svc.get(n).failure_kind for n in batch.names} == {FailureKind.SUPERVISOR_LOST}

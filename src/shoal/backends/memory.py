@@ -55,11 +55,12 @@ class MemoryBackend:
         self.launched: list[ExecContext] = []
         #: The environments ``check_submission`` was called with, in order.
         self.checked: list[dict[str, str]] = []
-        #: The jobs whose supervisor was asked to stop, in order.
+        #: The supervisors asked to stop, by the job (or batch) each was launched for, in order.
         self.stop_requests: list[str] = []
         self.closed = False
         self._lock = threading.Lock()
-        self._pids: dict[str, int] = {}  # the latest supervisor of each job
+        self._pids: dict[str, int] = {}  # the latest supervisor of each job (and batch)
+        self._launched_for: dict[int, str] = {}  # each supervisor's ExecContext.job
         self._alive: dict[int, bool] = {}
         self._next_pid = 1
 
@@ -81,6 +82,7 @@ class MemoryBackend:
             self._next_pid += 1
             self.launched.append(ctx)
             self._pids[ctx.job] = pid
+            self._launched_for[pid] = ctx.job
             for name in ctx.batch:
                 self._pids[name] = pid
             self._alive[pid] = True
@@ -95,12 +97,8 @@ class MemoryBackend:
     def signal_stop(self, handle: Handle) -> None:
         """Note the request (``stop_requests``); the supervisor, played by the test, records
         the job's end as a real one would."""
-        if not self.is_alive(handle):
-            return
-        pid = int(handle["pid"])
-        with self._lock:
-            jobs = [job for job, p in self._pids.items() if p == pid]
-        self.stop_requests.extend(jobs)
+        if self.is_alive(handle):
+            self.stop_requests.append(self._launched_for[int(handle["pid"])])
 
     def close(self) -> None:
         self.closed = True
