@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from shoal.backends.local import LocalBackend
 from shoal.backends.memory import MemoryBackend
 from shoal.backends.ray import RayBackend
@@ -19,6 +21,7 @@ from shoal.core.ports import (
     RunStore,
     WarmPoolHost,
 )
+from shoal.errors import ConfigError
 from shoal.storage.artifacts import FsspecArtifactStore
 from shoal.storage.sql import SqlMetadataStore
 
@@ -62,3 +65,15 @@ def test_the_fsspec_store_is_an_artifact_store(tmp_path: Path) -> None:
     store = FsspecArtifactStore.open(str(tmp_path / "artifacts"))
     assert isinstance(store, ArtifactStore)
     assert store.local_path("a/b.txt") == str(tmp_path / "artifacts" / "a" / "b.txt")
+
+
+def test_a_warm_supervisor_on_a_backend_without_warm_pools_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal import session as session_module
+
+    monkeypatch.setattr(session_module.Session, "_make_backend", lambda self: MemoryBackend())
+    session = session_module.Session(home=str(tmp_path / "home"))
+    pool = str(tmp_path / "pool")
+    with pytest.raises(ConfigError, match=f"backend 'memory' keeps no warm workers.*{pool}"):
+        session_module._warm_endpoint(session, pool)
+    session.close()
