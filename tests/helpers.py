@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 __all__ = ["DDP_SCRIPT", "FakeClock", "Followed", "cli_test_session", "endpoint_test_session", "flip_stored_byte",
-           "fresh_postgres_database", "rank_lines", "wait_until"]
+           "fresh_postgres_database", "memory_job_service", "rank_lines", "wait_until"]
 
 #: A torch-distributed training script (gloo on CPU): each rank all-reduces rank + 1 and prints
 #: what it saw as one JSON line; rank 0 writes the world size into the model directory.
@@ -297,3 +297,26 @@ def old_shape_spec(name: str) -> dict[str, Any]:
             "client": {"host": "host-a", "pid": 42, "start_ticks": 1234},
         },
     }
+
+
+def memory_job_service(root: Any, *, backend: Any = None, clock: Any = None,
+                       keys: bool = True) -> Any:
+    """A ``JobService`` on a real SQLite store and local artifact store under *root*, with a
+    ``MemoryBackend`` (``shoal.backends.memory``) for the test to play the supervisor; the
+    store and backend are ``service.metadata`` and ``service.backend``. *keys*: the client's
+    side (derives job keys from a user secret under *root*), else a supervisor's (none)."""
+    from pathlib import Path
+
+    from shoal.backends.memory import MemoryBackend
+    from shoal.jobs.keys import UserKeys
+    from shoal.jobs.service import JobService
+    from shoal.storage.artifacts import FsspecArtifactStore
+    from shoal.storage.sql import SqlMetadataStore
+
+    root = Path(root)
+    store = SqlMetadataStore.open(f"sqlite:///{root / 'metadata.db'}", create=True)
+    return JobService(store, FsspecArtifactStore.open(str(root / "artifacts")),
+                      backend if backend is not None else MemoryBackend(), metrics=store,
+                      supervisor_entrypoint="shoal.session:supervisor_main",
+                      supervisor_env={"SHOAL_HOME": str(root)}, clock=clock,
+                      keys=UserKeys(root / "user.secret") if keys else None)

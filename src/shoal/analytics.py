@@ -11,9 +11,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from shoal.core.ports import RunStore
 
 __all__ = ["ExperimentAnalytics"]
 
@@ -75,7 +78,7 @@ class ExperimentAnalytics:
             self._frame = self._fetch()
         return self._frame
 
-    def _store(self) -> Any:
+    def _store(self) -> RunStore:
         from shoal.session import Session, current
 
         session = self._session if isinstance(self._session, Session) else current()

@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING, Any
 from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
+    from shoal.config import DefaultsConfig
     from shoal.core.endpoints import EndpointBackend
+    from shoal.core.ports import ArtifactStore, Backend, MetadataStore, WarmWorkerEndpoint
+    from shoal.envs import UvEnvBuilder
+    from shoal.jobs.service import JobService
     from shoal.jobs.worker import WorkerContext
 
 __all__ = ["PLACEHOLDER_ROLE", "Session", "current", "get_execution_role", "rank_host_main",
@@ -77,11 +81,11 @@ class Session:
         self._default_bucket_prefix = default_bucket_prefix
         self._sagemaker_config = sagemaker_config
         self._lock = threading.RLock()
-        self._defaults: Any = None
-        self._metadata: Any = None
-        self._artifacts: Any = None
-        self._backend: Any = None
-        self._jobs: Any = None
+        self._defaults: DefaultsConfig | None = None
+        self._metadata: MetadataStore | None = None
+        self._artifacts: ArtifactStore | None = None
+        self._backend: Backend | None = None
+        self._jobs: JobService | None = None
         self._endpoint_backends: tuple[EndpointBackend, ...] | None = None
         self._reported: set[str] = set()
         self.aws_clients = {k: v for k, v in (
@@ -110,7 +114,7 @@ class Session:
             self._home_checked = True
 
     @property
-    def defaults(self) -> Any:
+    def defaults(self) -> DefaultsConfig:
         """The SageMaker-schema defaults (admin file < user file < extra files), or those of
         the ``sagemaker_config`` dict. Files are read again when one of them is created,
         changed or removed (as SageMaker reads them per session)."""
@@ -138,7 +142,7 @@ class Session:
     # --- collaborators ------------------------------------------------------------------
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         with self._lock:
             if self._metadata is None:
                 from shoal.storage.sql import SqlMetadataStore
@@ -153,7 +157,7 @@ class Session:
             return self._metadata
 
     @property
-    def artifacts(self) -> Any:
+    def artifacts(self) -> ArtifactStore:
         with self._lock:
             if self._artifacts is None:
                 from shoal.storage.artifacts import FsspecArtifactStore
@@ -164,21 +168,21 @@ class Session:
             return self._artifacts
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         with self._lock:
             if self._backend is None:
                 self._private_home()
                 self._backend = self._make_backend()
             return self._backend
 
-    def _make_backend(self) -> Any:
+    def _make_backend(self) -> Backend:
         import importlib
 
         from shoal.backends import backend_path
 
         backend = self.settings.backend
         module, _, cls = backend_path(backend).partition(":")
-        impl = getattr(importlib.import_module(module), cls)
+        impl: Callable[..., Backend] = getattr(importlib.import_module(module), cls)
         if backend == "local":
             return impl(self.home / "run", mode=self.settings.launch_mode,
                         idle_seconds=self.settings.launcher_idle_seconds, preload=_PRELOAD)
@@ -192,7 +196,7 @@ class Session:
         raise ConfigError(f"backend {backend!r} has no wiring in Session", backend=backend)
 
     @property
-    def jobs(self) -> Any:
+    def jobs(self) -> JobService:
         """The JobService of this session."""
         with self._lock:
             if self._jobs is None:
@@ -200,6 +204,7 @@ class Session:
                 from shoal.jobs.service import JobService
 
                 self._jobs = JobService(self.metadata, self.artifacts, self.backend,
+                                        metrics=self.metadata,
                                         supervisor_entrypoint=_SUPERVISOR_ENTRY,
                                         supervisor_prepare=_SUPERVISOR_PREPARE,
                                         supervisor_env=self.supervisor_env(),
@@ -234,7 +239,7 @@ class Session:
             return self._endpoint_backends
 
     @property
-    def env_builder(self) -> Any:
+    def env_builder(self) -> UvEnvBuilder:
         """Builds and caches job environments under ``SHOAL_HOME/envs``."""
         from shoal.envs import UvEnvBuilder
 
@@ -429,7 +434,7 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     key = _warm_key(env)
     session = _WARM.get(key)
     if session is None:
-        kwargs = {_SUPERVISOR_SETTINGS[k]: v for k, v in key}
+        kwargs: dict[str, Any] = {_SUPERVISOR_SETTINGS[k]: v for k, v in key}
         session = Session(**kwargs)
         # Only the metadata store is warmed: an object store's client (s3fs) runs an event
         # loop thread that must not cross a fork, so the child opens artifacts itself.
@@ -446,9 +451,20 @@ def _worker_context(session: Session) -> WorkerContext:
     return WorkerContext(
         jobs=session.jobs, home=session.home, max_slots=session.max_slots,
         fork=settings.job_process == "fork", envs=session.env_builder,
-        warm_endpoint=lambda pool, busy: session.backend.warm_endpoint(pool, busy=busy),
+        warm_endpoint=lambda pool, busy: _warm_endpoint(session, pool, busy=busy),
         close=session.close, zygote_idle_seconds=settings.zygote_idle_seconds,
         checkpoint_sync_seconds=settings.checkpoint_sync_seconds)
+
+
+def _warm_endpoint(session: Session, pool: str, *, busy: bool = False) -> WarmWorkerEndpoint:
+    """The session's backend's side of the warm pool in *pool*."""
+    from shoal.core.ports import WarmPoolHost
+
+    backend = session.backend
+    if not isinstance(backend, WarmPoolHost):
+        raise ConfigError(f"backend {backend.name!r} keeps no warm workers, but this supervisor "
+                          f"was started for the warm pool {pool}", backend=backend.name)
+    return backend.warm_endpoint(pool, busy=busy)
 
 
 def _run_worker(session: Session, main: Callable[..., int], *args: str) -> int:

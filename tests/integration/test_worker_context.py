@@ -1,21 +1,19 @@
 """The job layer's supervisor mains driven in this process through a WorkerContext (what
 ``shoal.session`` builds for the entry points backends start): real SQLite and files under
-tmp_path, a real persistent executor; only the backend's launch is held back, so that the
-test runs the supervisor itself."""
+tmp_path, a real persistent executor; the backend is a MemoryBackend, which starts nothing,
+so that the test runs the supervisor itself."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 import shoal
+from shoal.backends.memory import MemoryBackend
 from shoal.core import JobStatus
-from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.jobs.keys import JOB_SECRETS_VAR, UserKeys
 from shoal.jobs.service import JobService
 from shoal.remote_function import RemoteOptions
@@ -23,28 +21,6 @@ from shoal.remote_function import RemoteOptions
 
 def double(x):
     return 2 * x
-
-
-class HeldBackend:
-    """Records what it is asked to start and starts nothing (the test runs it)."""
-
-    name = "held"
-
-    def __init__(self) -> None:
-        self.launched: list[ExecContext] = []
-
-    def launch(self, ctx: ExecContext) -> LaunchInfo:
-        self.launched.append(ctx)
-        return LaunchInfo("held", os.getpid(), socket.gethostname())
-
-    def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
-        return None
-
-    def signal_stop(self, handle: Mapping[str, Any]) -> None:
-        raise AssertionError("nothing is stopped here")
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
@@ -74,8 +50,9 @@ def test_a_batch_runs_through_the_worker_context(tmp_path, monkeypatch, in_proce
 
     home = tmp_path / "home"
     client_session = shoal.Session(home=str(home))
-    held = HeldBackend()
+    held = MemoryBackend()
     client = JobService(client_session.metadata, client_session.artifacts, held,
+                        metrics=client_session.metadata,
                         supervisor_entrypoint="shoal.session:supervisor_main",
                         supervisor_env=client_session.supervisor_env(),
                         keys=UserKeys(client_session.settings.user_secret_path()))

@@ -59,6 +59,9 @@ class LocalBackend:
 
     # --- launching --------------------------------------------------------------------
 
+    def check_submission(self, env: Mapping[str, str]) -> None:
+        """Nothing to check: supervisors run on this machine, which reaches its own stores."""
+
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         pool = self._pool(ctx.pool) if ctx.pool else None
         env = {**ctx.env, CLIENT_UMASK_VAR: f"{client_umask():03o}"}

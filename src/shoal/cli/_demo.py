@@ -150,6 +150,7 @@ def _executor() -> None:
     out().print(Text(f"   results {[f.result() for f in futures]!r}"))
     service = current().jobs
     for future in futures:
+        assert future.job_name is not None  # named once submitted
         _show(service.get(future.job_name), future.result())
 
 

@@ -21,6 +21,7 @@ from shoal.cli._render import (
 
 if TYPE_CHECKING:
     from shoal.core.experiments import MetricSummary, RunRecord
+    from shoal.core.ports import MetricStore, RunStore
 
 __all__ = ["experiments_app", "metric_plot", "metrics_json", "metrics_table", "runs_app"]
 
@@ -177,7 +178,7 @@ def show_run(
         out().print(plot, highlight=False, markup=False)
 
 
-def _find_run(store: Any, run: str) -> RunRecord:
+def _find_run(store: RunStore, run: str) -> RunRecord:
     from shoal.errors import InvalidArgumentError, RunNotFound
 
     found: list[RunRecord] = [r for e in store.list_experiments()
@@ -247,7 +248,7 @@ def run_json(r: RunRecord) -> dict[str, Any]:
                           for a in r.artifacts]}
 
 
-def metric_plot(store: Any, owner: str, summaries: list[MetricSummary],
+def metric_plot(store: MetricStore, owner: str, summaries: list[MetricSummary],
                 metric: str | None) -> str:
     """A line plot of *metric* (default: the first by name) of *owner*."""
     from shoal.cli._plot import line_plot

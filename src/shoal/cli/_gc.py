@@ -125,9 +125,8 @@ def gc_plan(session: Session, cutoff: datetime, statuses: Sequence[JobStatus]
     from shoal.core.ports import JobQuery
 
     metadata = session.metadata
-    jobs = [r.name for r in metadata.list_jobs(JobQuery(statuses=tuple(statuses),
-                                                        ended_before=cutoff,
-                                                        limit=10_000_000))]
+    query = JobQuery(statuses=tuple(statuses), ended_before=cutoff, limit=10_000_000)
+    jobs: list[str] = [r.name for r in metadata.list_jobs(query)]
     run_statuses = {_RUN_STATUS[str(s)] for s in statuses if str(s) in _RUN_STATUS}
     runs: list[RunRecord] = []
     experiments: list[str] = []

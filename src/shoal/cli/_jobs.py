@@ -101,11 +101,12 @@ def describe(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Show everything recorded about a job (secret-looking env values are masked)."""
-    service = state.session().jobs
+    session = state.session()
+    service = session.jobs
     service.reap()
     record = service.get(name)
     log_uri = service.log_uri(name)
-    metadata = service.metadata
+    metadata = session.metadata
     summaries = metadata.metric_summaries(job_owner(name))
     runs = metadata.runs_for_job(name)
     disk = _disk_usage(name)
@@ -174,13 +175,13 @@ def metrics(
     service = state.session().jobs
     service.get(name)  # JobNotFound names the job
     owner = job_owner(name)
-    summaries = service.metadata.metric_summaries(owner)
+    summaries = service.metrics.metric_summaries(owner)
     if as_json:
         data: dict[str, Any] = {"job": name, "metrics": metrics_json(summaries)}
         if metric is not None:
             _check_metric(name, metric, summaries)
             data["series"] = [{"value": p.value, "step": p.step, "timestamp": p.timestamp}
-                              for p in service.metadata.get_metrics(owner, metric)]
+                              for p in service.metrics.get_metrics(owner, metric)]
         print_json(data)
         return
     if not summaries:
@@ -191,7 +192,7 @@ def metrics(
                                        job=name, metric=metric)
         err().print(f"job {name} has no metrics")
         return
-    plot = metric_plot(service.metadata, owner, summaries, metric)
+    plot = metric_plot(service.metrics, owner, summaries, metric)
     emit(metrics_table(summaries))
     out().print()
     out().print(plot, highlight=False, markup=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -25,8 +25,10 @@ from shoal.core.experiments import (
 )
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 
-__all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "Backend", "ExecContext",
-           "JobQuery", "LaunchInfo", "MetadataStore"]
+__all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "Backend",
+           "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobQuery", "JobStore",
+           "JobWaiter", "LaunchInfo", "MetadataStore", "MetricStore", "RunStore",
+           "WarmPoolHost", "WarmWorkerEndpoint"]
 
 
 @runtime_checkable
@@ -36,6 +38,9 @@ class ArtifactStore(Protocol):
     @property
     def root(self) -> str: ...
     def uri(self, key: str) -> str: ...
+    def local_path(self, key: str) -> str | None:
+        """The file's path on this machine when the store is local disk, else None."""
+        ...
     def put_bytes(self, key: str, data: bytes) -> None: ...
     def put_file(self, key: str, local: str | os.PathLike[str]) -> None: ...
     def get_file(self, key: str, local: str | os.PathLike[str]) -> None: ...
@@ -62,8 +67,15 @@ class JobQuery:
     limit: int = 100
 
 
+#: A backend's handle on a job's supervisor as stored on its record (``LaunchInfo.to_json``):
+#: JSON, whose keys beyond ``backend``/``pid``/``host``/``start_ticks`` each backend chooses.
+Handle = Mapping[str, Any]
+
+
 @runtime_checkable
-class MetadataStore(Protocol):
+class JobStore(Protocol):
+    """Job records, their transitions and their small payloads (``JobService``'s store)."""
+
     def create_job(self, spec: JobSpec, *, key_salt: str, backend: str) -> JobRecord:
         """*key_salt*: the random salt the job's keys are derived with (not a key)."""
         ...
@@ -90,17 +102,20 @@ class MetadataStore(Protocol):
         self, name: str, *, status: JobStatus, expected: JobStatus | None = None,
         reason: str | None = None, failure_kind: FailureKind | None = None,
         exit_code: int | None = None, attempt: int | None = None,
-        handle: Mapping[str, Any] | None = None, env_setup_seconds: float | None = None,
+        handle: Handle | None = None, env_setup_seconds: float | None = None,
         want_record: bool = True,
-    ) -> JobRecord | None: ...
+    ) -> JobRecord | None:
+        """Move job *name* to *status* (only along ``core.jobs.TRANSITIONS``, and only from
+        *expected* when given: InvalidTransitionError otherwise); the record after, or None
+        without *want_record*."""
+        ...
     def update_jobs(self, changes: Sequence[JobChange]) -> list[bool]:
         """Apply many transitions in one transaction, in order; for each, whether it was
         applied (False: the move is not allowed from the job's status then, which is left
         as it was). Changes of one job apply one after the other."""
         ...
-    def set_handle(self, name: str, handle: Mapping[str, Any]) -> None: ...
-    def set_handles(self, names: Sequence[str], handle: Mapping[str, Any]
-                    ) -> dict[str, JobStatus]:
+    def set_handle(self, name: str, handle: Handle) -> None: ...
+    def set_handles(self, names: Sequence[str], handle: Handle) -> dict[str, JobStatus]:
         """Record *handle* on each named job that has not ended (one transaction); return
         every named job's status."""
         ...
@@ -109,9 +124,23 @@ class MetadataStore(Protocol):
         """Remove the named jobs that have ended (record, history, metrics, run links), in
         one transaction; the names removed. Jobs still running are left alone."""
         ...
-    def close(self) -> None: ...
 
-    # Experiments and runs. Runs are named within their experiment.
+
+@runtime_checkable
+class MetricStore(Protocol):
+    """Metrics of any owner: ``run:<experiment>/<run>`` or ``job:<name>`` (core.experiments).
+    A job's supervisor writes its job's metrics here; runs read them back."""
+
+    def add_metrics(self, owner: str, points: Sequence[MetricPoint]) -> None: ...
+    def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]: ...
+    def metric_names(self, owner: str) -> list[str]: ...
+    def metric_summaries(self, owner: str) -> list[MetricSummary]: ...
+
+
+@runtime_checkable
+class RunStore(MetricStore, Protocol):
+    """Experiments, their runs (named within their experiment) and metrics."""
+
     def ensure_experiment(self, name: str, *, display_name: str | None = None,
                           tags: Mapping[str, str] | None = None) -> ExperimentRecord: ...
     def find_experiment(self, name: str) -> ExperimentRecord | None: ...
@@ -141,13 +170,11 @@ class MetadataStore(Protocol):
         """Remove an experiment and all its runs; how many runs went (-1: no experiment)."""
         ...
 
-    # Metrics of any owner: "run:<experiment>/<run>" or "job:<name>" (core.experiments).
-    def add_metrics(self, owner: str, points: Sequence[MetricPoint]) -> None: ...
-    def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]: ...
-    def metric_names(self, owner: str) -> list[str]: ...
-    def metric_summaries(self, owner: str) -> list[MetricSummary]: ...
 
-    # Endpoints and the server instances behind them (core.endpoints).
+@runtime_checkable
+class EndpointStore(Protocol):
+    """Endpoints and the server instances behind them (core.endpoints)."""
+
     def create_endpoint(self, name: str, *, model_data: str,
                         config: EndpointConfig) -> EndpointRecord: ...
     def find_endpoint(self, name: str) -> EndpointRecord | None: ...
@@ -156,10 +183,20 @@ class MetadataStore(Protocol):
     def update_endpoint(self, name: str, *, status: EndpointStatus,
                         expected: EndpointStatus | None = None,
                         failure_reason: str | None = None) -> EndpointRecord: ...
-    def set_endpoint_supervisor(self, name: str, handle: Mapping[str, Any]) -> None: ...
+    def set_endpoint_supervisor(self, name: str, handle: Handle) -> None: ...
     def put_endpoint_instance(self, name: str, instance: EndpointInstance) -> None: ...
     def remove_endpoint_instances(self, name: str) -> None: ...
     def delete_endpoint(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class MetadataStore(JobStore, RunStore, EndpointStore, Protocol):
+    """All the metadata of one installation, in one store (``SqlMetadataStore``). Code that
+    uses one domain depends on that domain's port instead."""
+
+    def close(self) -> None:
+        """Release connections; the store may be used again after (it reconnects)."""
+        ...
 
 
 #: Set in a supervisor's environment by a backend that placed the job's hosts on several
@@ -198,6 +235,25 @@ class ExecContext:
     batch: tuple[str, ...] = ()
 
 
+class JobWaiter(Protocol):
+    """A client's hold on the warm worker that took its job (or batch): it says when the job
+    has ended, so the client need not poll the record. Closed once done."""
+
+    @property
+    def done(self) -> bool:
+        """The worker said the job (or batch) ended, or went away."""
+        ...
+    def wait(self, timeout: float) -> bool:
+        """True once the worker says the job ended (or the worker is gone); False on
+        *timeout*."""
+        ...
+    def read(self, timeout: float) -> tuple[dict[str, Any], bytes] | None:
+        """A batch's next message (JSON header, the bytes that follow it); None on timeout.
+        ``{"done": true}`` ends the batch; a worker that went away reads ``{"lost": true}``."""
+        ...
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchInfo:
     """Facts about a launched supervisor, stored on the job record as its handle."""
@@ -206,9 +262,8 @@ class LaunchInfo:
     pid: int
     host: str
     start_ticks: int | None = None
-    #: Something with ``wait(timeout) -> bool`` that returns True once the job has ended
-    #: (a warm worker says so); not persisted.
-    waiter: Any = field(default=None, compare=False)
+    #: Set when a warm worker took the job: it reports the job's end; not persisted.
+    waiter: JobWaiter | None = field(default=None, compare=False)
     #: Backend-specific facts that find the supervisor again (a Ray actor's name).
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -217,12 +272,65 @@ class LaunchInfo:
                 "start_ticks": self.start_ticks, **self.extra}
 
 
+@runtime_checkable
 class Backend(Protocol):
+    """Starts supervisors and reports facts about them; nothing more (it never writes job
+    state). ``backends/memory.py`` is an in-memory implementation for tests."""
+
     name: str
 
-    def launch(self, ctx: ExecContext) -> LaunchInfo: ...
-    def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
+    def check_submission(self, env: Mapping[str, str]) -> None:
+        """Before a job is recorded, with the supervisor's environment: raise (a ShoalError
+        saying what to change) when its supervisor could not work where this backend runs
+        it, e.g. stores on node-local paths and a cluster of several nodes."""
+        ...
+    def launch(self, ctx: ExecContext) -> LaunchInfo:
+        """Start the supervisor of *ctx*; LaunchError when it cannot."""
+        ...
+    def is_alive(self, handle: Handle) -> bool | None:
         """True/False when known; None when this backend cannot tell (another host)."""
         ...
-    def signal_stop(self, handle: Mapping[str, Any]) -> None: ...
+    def signal_stop(self, handle: Handle) -> None:
+        """Ask the supervisor of *handle* to stop its job (it records the end itself)."""
+        ...
     def close(self) -> None: ...
+
+
+class HandedJob(Protocol):
+    """What a client handed a warm worker: one job, or a batch (``job`` names the batch)."""
+
+    @property
+    def job(self) -> str: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def batch(self) -> tuple[str, ...]: ...
+
+
+class WarmWorkerEndpoint(Protocol):
+    """A warm worker's side of its pool: take the next job, report, retire when idle."""
+
+    def release(self) -> None:
+        """Become claimable (a worker opened busy, still on its first job)."""
+        ...
+    def next_job(self, keep_alive: float, should_stop: Callable[[], bool] = ...
+                 ) -> HandedJob | None:
+        """The next job handed over; None after *keep_alive* idle seconds, or once
+        *should_stop*."""
+        ...
+    def notify(self, message: Mapping[str, Any], data: bytes = b"") -> None:
+        """Tell the client of a batch about its jobs (read by ``JobWaiter.read``)."""
+        ...
+    def job_done(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class WarmPoolHost(Protocol):
+    """A backend whose supervisors can stay warm for the next job of their pool
+    (``ExecContext.pool``): the supervisor's side of such a pool."""
+
+    def warm_endpoint(self, directory: str, *, busy: bool = False) -> WarmWorkerEndpoint:
+        """Listen on the pool in *directory*; with *busy*, claimable only after
+        ``release()``."""
+        ...

@@ -31,7 +31,7 @@ from shoal.core.endpoints import (
     endpoint_dir,
     endpoint_key,
 )
-from shoal.core.ports import ArtifactStore, MetadataStore
+from shoal.core.ports import ArtifactStore, EndpointStore
 from shoal.errors import (
     BackendUnavailableError,
     EndpointFailedError,
@@ -50,11 +50,11 @@ _LIVE = (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE, EndpointStatus.UPDA
 
 
 class EndpointService:
-    """The use cases of endpoints, over one metadata store, artifact store and the endpoint
+    """The use cases of endpoints, over one endpoint store, artifact store and the endpoint
     backends a session chose: the first deploys new endpoints; each record is managed by the
     backend that ``owns`` its handle (one none owns is shown as it stands)."""
 
-    def __init__(self, metadata: MetadataStore, artifacts: ArtifactStore,
+    def __init__(self, metadata: EndpointStore, artifacts: ArtifactStore,
                  backends: Sequence[EndpointBackend], *, home: Path | str) -> None:
         if not backends:
             raise InvalidArgumentError("an EndpointService needs at least one endpoint "

@@ -44,7 +44,7 @@ from shoal.core.endpoints import (
     endpoint_key,
 )
 from shoal.core.jobs import JobName
-from shoal.core.ports import Backend, ExecContext
+from shoal.core.ports import Backend, EndpointStore, ExecContext
 from shoal.endpoints._staging import (
     code_requirements,
     requirements_base,
@@ -133,7 +133,7 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
 class EndpointSupervisor:
     def __init__(self, session: Any, name: str) -> None:
         self._session = session
-        self._store = session.metadata
+        self._store: EndpointStore = session.metadata
         self._name = name
         self._dir = endpoint_dir(session.home, name)
         self._stopping = False  # set by SIGTERM; a flag, as a handler must not take locks

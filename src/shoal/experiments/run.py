@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.experiments import (
     MetricPoint,
@@ -38,6 +38,10 @@ from shoal.core.experiments import (
     run_owner,
 )
 from shoal.errors import AlreadyExistsError, InvalidArgumentError, RunNotFound
+
+if TYPE_CHECKING:
+    from shoal.core.ports import ArtifactStore, RunStore
+    from shoal.session import Session
 from shoal.experiments import _context, _graphs
 
 __all__ = ["Run", "load_run"]
@@ -92,8 +96,8 @@ class Run:
         self._owner = run_owner(self.experiment_name, self.run_name)
         self._started = False
         self._ended = False
-        self._store: Any = None
-        self._artifacts: Any = None
+        self._store: RunStore | None = None
+        self._artifacts: ArtifactStore | None = None
         self._lock = threading.Lock()
         self._buffer: list[MetricPoint] = []
         self._last_flush = time.monotonic()
@@ -157,13 +161,13 @@ class Run:
         self._started = True
         _context.track()
 
-    def _session(self) -> Any:
+    def _session(self) -> Session:
         from shoal.session import Session, current
 
         arg = self._session_arg
         return arg if isinstance(arg, Session) else current()
 
-    def _metadata(self) -> Any:
+    def _metadata(self) -> RunStore:
         if self._store is None:
             self._store = self._session().metadata
         return self._store

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import InvalidArgumentError, NotFoundError
+
+if TYPE_CHECKING:
+    from shoal.core.experiments import RunRecord
+    from shoal.core.ports import RunStore
 
 __all__ = ["TrialComponent", "TrialComponentSummary", "_TrialComponent"]
 
@@ -95,9 +99,8 @@ class _TrialComponent:
                                    "is not provided: shoal keeps every run's record")
 
     @classmethod
-    def _from_run(cls, run: Any, store: Any) -> _TrialComponent:
-        summaries = store.metric_summaries(run.owner) if hasattr(store, "metric_summaries") \
-            else []
+    def _from_run(cls, run: RunRecord, store: RunStore) -> _TrialComponent:
+        summaries = store.metric_summaries(run.owner)
         return cls(
             trial_component_name=f"{run.experiment_name}-{run.run_name}",
             display_name=run.display_name, status={"PrimaryStatus": str(run.status)},
@@ -116,7 +119,7 @@ class _TrialComponent:
 TrialComponent = _TrialComponent
 
 
-def _store(session: Any) -> Any:
+def _store(session: Any) -> RunStore:
     from shoal.session import Session, current
 
     return (session if isinstance(session, Session) else current()).metadata

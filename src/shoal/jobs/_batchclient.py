@@ -14,7 +14,7 @@ from shoal.errors import ShoalError
 from shoal.serialization import Payload, deserialize
 
 if TYPE_CHECKING:
-    from shoal.core.ports import LaunchInfo
+    from shoal.core.ports import JobWaiter, LaunchInfo
     from shoal.jobs.service import JobService
 
 __all__ = ["JobBatch"]
@@ -45,7 +45,7 @@ class JobBatch:
         follow = _LogFollower(self._svc, self.names[0], on_output) \
             if on_output is not None and len(self.names) == 1 else None
         handovers = 0
-        while waiter is not None and hasattr(waiter, "read"):
+        while waiter is not None:
             for name, outcome in self._messages(waiter, follow):
                 if name in left:
                     del left[name]
@@ -62,7 +62,7 @@ class JobBatch:
             record = self._svc.wait(name, on_output=on_output if follow is not None else None)
             yield name, functools.partial(self._svc.outcome, record)
 
-    def _messages(self, waiter: Any, follow: _LogFollower | None = None
+    def _messages(self, waiter: JobWaiter, follow: _LogFollower | None = None
                   ) -> Iterator[tuple[str, Outcome]]:
         while True:
             got = waiter.read(3600.0 if follow is None else 0.1)
@@ -96,7 +96,7 @@ class JobBatch:
             record = self._svc.wait(name)
         return self._svc.outcome(record)
 
-    def _hand_over_again(self, names: list[str]) -> Any:
+    def _hand_over_again(self, names: list[str]) -> JobWaiter | None:
         """The worker went away before taking these jobs (still pending, no supervisor's
         handle on them): hand them over again (a cluster's warm actor can retire just as a
         client picks it). Returns the new waiter, or None."""

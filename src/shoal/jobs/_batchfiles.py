@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from shoal.core.ports import ArtifactStore
 from shoal.errors import ArtifactNotFound
 from shoal.serialization import Payload
 
@@ -61,7 +62,7 @@ def _unpack(data: bytes) -> tuple[dict[str, Any], memoryview]:
     return json.loads(data[:end]), memoryview(data)[end + 1:]
 
 
-def write_batch(artifacts: Any, batch: str, function: Payload,
+def write_batch(artifacts: ArtifactStore, batch: str, function: Payload,
                 jobs: Sequence[tuple[str, Payload, Payload]], *, known: set[str]) -> None:
     """Store a batch: *jobs* are ``(name, function payload signed for it, arguments)``.
     *known* holds the function digests this process already stored (it is updated)."""
@@ -89,7 +90,7 @@ class BatchPayloads:
     jobs: dict[str, tuple[bytes, bytes, bytes]]
 
 
-def read_batch(artifacts: Any, batch: str, *, cache: dict[str, bytes] | None = None
+def read_batch(artifacts: ArtifactStore, batch: str, *, cache: dict[str, bytes] | None = None
                ) -> BatchPayloads:
     """Read a batch's payloads (*cache*: function pickles by digest, kept by the caller)."""
     index, blobs = _unpack(artifacts.get_bytes(_batch_key(batch, "calls.pkl")))
@@ -105,7 +106,7 @@ def read_batch(artifacts: Any, batch: str, *, cache: dict[str, bytes] | None = N
     return BatchPayloads(function, jobs)
 
 
-def job_payload(artifacts: Any, batch: str, name: str, kind: str) -> Payload:
+def job_payload(artifacts: ArtifactStore, batch: str, name: str, kind: str) -> Payload:
     """One job's ``function`` or ``arguments`` payload, out of its batch."""
     payloads = read_batch(artifacts, batch)
     if name not in payloads.jobs:
@@ -117,7 +118,7 @@ def job_payload(artifacts: Any, batch: str, name: str, kind: str) -> Payload:
     return Payload(adata, ameta)
 
 
-def write_outcomes(artifacts: Any, batch: str, part: int,
+def write_outcomes(artifacts: ArtifactStore, batch: str, part: int,
                    outcomes: Sequence[tuple[str, str, Payload]]) -> None:
     """Store the results or exceptions (*outcomes*: ``(job, kind, payload)``) of jobs that
     ended together, as part *part* (1, 2...) of the batch."""
@@ -131,7 +132,7 @@ def write_outcomes(artifacts: Any, batch: str, part: int,
         {"format": FORMAT, "jobs": index}, [p.data for _, _, p in outcomes]))
 
 
-def find_outcome(artifacts: Any, batch: str, name: str) -> tuple[str, Payload] | None:
+def find_outcome(artifacts: ArtifactStore, batch: str, name: str) -> tuple[str, Payload] | None:
     """A batched job's result or exception (``(kind, payload)``); None when it has none."""
     for part in itertools.count(1):
         try:

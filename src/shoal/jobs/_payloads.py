@@ -17,8 +17,8 @@ artifact prefix (the files).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from shoal.core.ports import ArtifactStore, JobStore
 from shoal.serialization import Payload
 from shoal.storage.artifacts import job_key
 
@@ -37,7 +37,7 @@ def payload_files(job: str, kind: str) -> tuple[str, str]:
     return job_key(job, kind, "payload.pkl"), job_key(job, kind, "metadata.json")
 
 
-def store_payloads(metadata: Any, artifacts: Any, job: str,
+def store_payloads(metadata: JobStore, artifacts: ArtifactStore, job: str,
                    payloads: Mapping[str, Payload]) -> None:
     """Store job *job*'s *payloads* (``{kind: Payload}``): the small ones in one transaction
     of the metadata store, the others as files (the pickle first, its metadata last: a reader
@@ -52,7 +52,7 @@ def store_payloads(metadata: Any, artifacts: Any, job: str,
     metadata.put_job_payloads(job, inline)
 
 
-def load_payload(metadata: Any, artifacts: Any, job: str, kind: str) -> Payload:
+def load_payload(metadata: JobStore, artifacts: ArtifactStore, job: str, kind: str) -> Payload:
     """Job *job*'s *kind* payload, from the metadata store or else its files.
     ArtifactNotFound (naming the file) when it is in neither."""
     row = metadata.get_job_payload(job, kind)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord
+from shoal.core.ports import ArtifactStore
 from shoal.errors import ArtifactNotFound, ShoalError
 from shoal.jobs.logsink import LogSink
 from shoal.storage.artifacts import job_key
@@ -47,7 +48,7 @@ class PrepareError(Exception):
 
 
 class Preparer:
-    def __init__(self, artifacts: Any, *, envs: Any, python: str, fork: bool,
+    def __init__(self, artifacts: ArtifactStore, *, envs: Any, python: str, fork: bool,
                  payloads: Callable[[str, str], Any]) -> None:
         self._artifacts = artifacts
         self._payloads = payloads  # (job, kind) -> its Payload, wherever it is stored

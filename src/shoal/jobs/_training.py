@@ -40,7 +40,13 @@ from shoal.core.jobs import (
     JobSpec,
     TrainingSpec,
 )
-from shoal.core.ports import LOST_HOSTS, RANK_HOST_LAUNCHER, RANK_MASTER_ADDR
+from shoal.core.ports import (
+    LOST_HOSTS,
+    RANK_HOST_LAUNCHER,
+    RANK_MASTER_ADDR,
+    ArtifactStore,
+    MetricStore,
+)
 from shoal.errors import ShoalError
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import ExecProcess, JobProcess
@@ -86,7 +92,7 @@ class _MetricTap:
 
     definitions: list[tuple[str, re.Pattern[bytes]]]
     owners: tuple[str, ...]
-    metadata: Any
+    metadata: MetricStore
     partial: bytes = b""
     pending: list[MetricPoint] = field(default_factory=list)
     last_flush: float = 0.0
@@ -247,8 +253,8 @@ class CheckpointTap:
 class TrainingAttempt:
     """One attempt of a script job (or a multi-rank function job) under a supervisor."""
 
-    def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *, artifacts: Any,
-                 metadata: Any, cores: int, attempt: int = 1,
+    def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *, artifacts: ArtifactStore,
+                 metadata: MetricStore, cores: int, attempt: int = 1,
                  checkpoint_sync_seconds: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self.record = record
         self.attempt = attempt

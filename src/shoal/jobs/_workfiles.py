@@ -14,7 +14,10 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.core.ports import ArtifactStore, JobStore
 
 __all__ = ["PAYLOAD_COPIES", "collect", "drop_copies", "job_disk_usage"]
 
@@ -78,8 +81,8 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-def job_disk_usage(artifacts: Any, work_root: Path, name: str,
-                   metadata: Any = None) -> dict[str, int]:
+def job_disk_usage(artifacts: ArtifactStore, work_root: Path, name: str,
+                   metadata: JobStore | None = None) -> dict[str, int]:
     """``{"artifact_bytes", "database_bytes", "workdir_bytes", "total_bytes"}`` of job
     *name*: what the artifact store holds under its prefix, the small payloads the metadata
     store holds for it (``jobs/_payloads.py``), and its work directories and local log on

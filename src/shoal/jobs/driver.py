@@ -373,7 +373,7 @@ class Supervisor:
         if spec.kind != JobKind.SCRIPT and ranks_of(spec).world == 1:
             return None
         training = TrainingAttempt(record, workdir, sink, artifacts=self._svc.artifacts,
-                                   metadata=self._svc.metadata, cores=self._cores,
+                                   metadata=self._svc.metrics, cores=self._cores,
                                    attempt=attempt,
                                    checkpoint_sync_seconds=self._checkpoint_sync)
         # What the launchers of the job's other hosts (a cluster's nodes) start from: the
@@ -423,7 +423,7 @@ class Supervisor:
             self._preparer.pre_execute(record, self._plan, env, workdir, out,
                                        lambda: self._stop)
             training = TrainingAttempt(record, workdir, out, artifacts=self._svc.artifacts,
-                                       metadata=self._svc.metadata, cores=self._cores,
+                                       metadata=self._svc.metrics, cores=self._cores,
                                        attempt=attempt)
             training.setup()
         except PrepareError as e:

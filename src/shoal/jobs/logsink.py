@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal.core.ports import ArtifactStore
 from shoal.core.secrets import StreamRedactor
 
 __all__ = ["LogSink", "StdoutSink"]
 
 
 class LogSink:
-    def __init__(self, artifacts: Any, key: str, spool: Path, *, interval: float = 2.0,
+    def __init__(self, artifacts: ArtifactStore, key: str, spool: Path, *, interval: float = 2.0,
                  redact: tuple[str, ...] = ()) -> None:
         self._artifacts = artifacts
         self._key = key
-        local = artifacts.local_path(key) if hasattr(artifacts, "local_path") else None
+        local = artifacts.local_path(key)
         self._direct = local is not None
         self._path = Path(local) if local is not None else spool
         self._f_obj: Any = None  # opened at the first write: a silent job writes no file

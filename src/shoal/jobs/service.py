@@ -20,7 +20,7 @@ from shoal.core.jobs import (
     JobSpec,
     JobStatus,
 )
-from shoal.core.ports import ArtifactStore, Backend, ExecContext, MetadataStore
+from shoal.core.ports import ArtifactStore, Backend, ExecContext, JobStore, JobWaiter, MetricStore
 from shoal.errors import (
     ArtifactNotFound,
     InvalidTransitionError,
@@ -118,18 +118,20 @@ def log_key(job: str) -> str:
 class JobService:
     """The use-case API for jobs. Collaborators arrive as arguments; nothing is looked up."""
 
-    def __init__(self, metadata: MetadataStore, artifacts: ArtifactStore, backend: Backend, *,
-                 supervisor_entrypoint: str, supervisor_env: Mapping[str, str],
-                 supervisor_prepare: str | None = None,
+    def __init__(self, metadata: JobStore, artifacts: ArtifactStore, backend: Backend, *,
+                 metrics: MetricStore, supervisor_entrypoint: str,
+                 supervisor_env: Mapping[str, str], supervisor_prepare: str | None = None,
                  clock: Clock | None = None, keys: JobKeys | None = None) -> None:
         self.metadata = metadata
+        #: Where a job's supervisor writes the job's metrics (``job:<name>``).
+        self.metrics = metrics
         self.artifacts = artifacts
         self.backend = backend
         self._entrypoint = supervisor_entrypoint
         self._prepare = supervisor_prepare
         self._env = dict(supervisor_env)
         self._clock = clock or SystemClock()
-        self._waiters: dict[str, Any] = {}
+        self._waiters: dict[str, JobWaiter] = {}
         self._functions: set[str] = set()  # digests of function pickles stored for batches
         #: Derives each job's secret (the client: from the user's secret). None in a job's
         #: supervisor, which knows only the secrets handed to it (``hand_over``).
@@ -375,9 +377,7 @@ class JobService:
     def _check_submission(self) -> None:
         # A backend on other machines checks, before anything is recorded, that they reach
         # the stores (a clear error instead of a job that fails on a node).
-        check = getattr(self.backend, "check_submission", None)
-        if check is not None:
-            check(self._env)
+        self.backend.check_submission(self._env)
 
     def _pool_key(self, record: JobRecord) -> str:
         return self._spec_pool_key(record.spec, record.name)

@@ -25,14 +25,14 @@ from shoal.jobs.service import JobService
 from shoal.jobs.slots import SlotPool
 
 if TYPE_CHECKING:
-    from shoal.backends._warm import WarmEndpoint
+    from shoal.core.ports import WarmWorkerEndpoint
     from shoal.envs import UvEnvBuilder
 
 __all__ = ["WorkerContext", "rank_host_main", "serve_warm", "serve_warm_main",
            "supervisor_main"]
 
-#: Opens the worker's side of a warm pool: ``(pool directory, busy)`` (``WarmEndpoint.open``).
-OpenEndpoint = Callable[[str, bool], "WarmEndpoint"]
+#: Opens the worker's side of a warm pool: ``(pool directory, busy)`` (``WarmPoolHost``).
+OpenEndpoint = Callable[[str, bool], "WarmWorkerEndpoint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ def supervisor_main(ctx: WorkerContext, job: str, *batch: str) -> int:
         sys.stdout.flush()
 
 
-def serve_warm(supervisor: Supervisor, endpoint: WarmEndpoint, pool: str,
+def serve_warm(supervisor: Supervisor, endpoint: WarmWorkerEndpoint, pool: str,
                keep_alive: float) -> None:
     """Stay alive for *keep_alive* seconds after each job and take the next one handed over
     on *endpoint*; retire when idle that long, or on a stop signal while idle."""

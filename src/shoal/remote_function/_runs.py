@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import JobRecord, JobSpec
+from shoal.core.ports import RunStore
 from shoal.errors import ShoalError
+
+if TYPE_CHECKING:
+    from shoal.jobs._batchclient import JobBatch
+    from shoal.jobs.service import JobService
 
 __all__ = ["link_to_run", "run_call", "submit_calls"]
 
@@ -17,7 +22,7 @@ logger = logging.getLogger(__name__)
 Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def link_to_run(metadata: Any, spec: JobSpec, job_name: str) -> None:
+def link_to_run(metadata: RunStore, spec: JobSpec, job_name: str) -> None:
     """Record that *job_name* ran for the run its spec names (``spec.run``), if any."""
     run = spec.run
     if run is None:
@@ -29,26 +34,26 @@ def link_to_run(metadata: Any, spec: JobSpec, job_name: str) -> None:
                        run.experiment_name, run.run_name, e)
 
 
-def run_call(service: Any, spec: JobSpec, func: Callable[..., Any], call: Call, *,
+def run_call(service: JobService, runs: RunStore, spec: JobSpec, func: Callable[..., Any], call: Call, *,
              files: dict[str, bytes], submitted: Callable[[str], None] | None = None,
              on_output: Callable[[bytes], None] | None = None,
              on_status: Callable[[JobRecord], None] | None = None) -> Any:
-    """Run one call as its own job: the function's value, or its exception raised here.
-    *submitted* hears the job's name once it is recorded."""
+    """Run one call as its own job: the function's value, or its exception raised here;
+    the job is linked to the caller's run in *runs*. *submitted* hears the job's name once it is recorded."""
     args, kwargs = call
     record = service.submit_function(spec, func, args, kwargs, files=files)
     if submitted is not None:
         submitted(record.name)
-    link_to_run(service.metadata, spec, record.name)
+    link_to_run(runs, spec, record.name)
     record = service.wait(record.name, on_output=on_output, on_status=on_status)
     return service.outcome(record)
 
 
-def submit_calls(service: Any, specs: Sequence[JobSpec], func: Callable[..., Any],
-                 calls: Sequence[Call]) -> Any:
+def submit_calls(service: JobService, runs: RunStore, specs: Sequence[JobSpec],
+                 func: Callable[..., Any], calls: Sequence[Call]) -> JobBatch:
     """Hand several calls of *func* to one warm worker (each its own job, linked to the
     caller's run); the batch's ``outcomes()`` bring them back as they end."""
     batch = service.submit_batch(list(specs), func, list(calls))
     for spec, name in zip(specs, batch.names, strict=True):
-        link_to_run(service.metadata, spec, name)
+        link_to_run(runs, spec, name)
     return batch
