@@ -2,10 +2,13 @@
 batching on one thread.
 
 The live batch is one left-padded KV cache with its attention mask. Each iteration admits
-waiting requests (prefilled in groups of similar length, each group's first tokens handed on
-at once; then their caches are left-padded to the batch's length and concatenated), runs one decode step for every live sequence, and drops the sequences that
-finished or whose client went away (rows removed, then leading columns no row uses trimmed),
-so memory follows the live batch. Position ids are each row's own count of real tokens, and
+waiting requests (prefilled together in one forward call, up to ``_PREFILL_TOKENS`` padded
+tokens, their first tokens handed on at once; then their caches are left-padded to the
+batch's length and concatenated), prefills those that arrived meanwhile too (prefill goes
+before decode, so a burst's late arrivals do not wait for a decode step), runs one decode
+step for every live sequence, and drops the sequences that finished or whose client went
+away (rows removed, then leading columns no row uses trimmed), so memory follows the live
+batch. Position ids are each row's own count of real tokens, and
 padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
 ``generate()``.
 
@@ -92,7 +95,7 @@ _ids = itertools.count(1)
 #: Mask columns allocated ahead of the live batch (a decode step fills one).
 _MASK_HEADROOM = 64
 #: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
-_PREFILL_TOKENS = 96
+_PREFILL_TOKENS = 2048
 
 
 class Generation:
@@ -237,32 +240,44 @@ class TransformersEngine:
                 self._fail_all("the server is shutting down")
                 self._step_done()
                 return False
-            room = self.max_batch - len(self._active)
-            new: list[Generation] = []
-            while self._pending and len(new) < room:
-                g = self._pending.popleft()
-                if not g.cancelled:
-                    new.append(g)
+            new = self._admit()
+        admitted: list[Generation] = []
         try:
             if any(g.cancelled for g in self._active):
                 for g in self._active:
                     if g.cancelled:
                         self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._retire([g.cancelled for g in self._active])
-            for group in _prefill_groups(new):
-                self._prefill(group)
-                self._step_done()  # first tokens go out now, not after the decode step too
+            # Prefill before decode: requests that arrived while a prefill ran are prefilled
+            # too before the next decode step (each round takes batch slots, so it ends).
+            while new:
+                admitted.extend(new)
+                for group in _prefill_groups(new):
+                    self._prefill(group)
+                    self._step_done()  # first tokens go out now, not after the decode step
+                with self._cond:
+                    new = [] if self._stopping or self._paused else self._admit()
             if self._active:
                 self._decode()
         except Exception as e:  # a bug or an OOM: fail the batch, keep serving
             log.exception("generation step failed; failing the %d live requests",
-                          len(self._active) + len(new))
-            for g in {*self._active, *new}:
+                          len(self._active) + len(admitted))
+            for g in {*self._active, *(g for g in admitted if g.finish is None)}:
                 self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
             self._active, self._cache, self._buffer, self._lengths = [], None, None, None
         self._step_done()
         return True
+
+    def _admit(self) -> list[Generation]:
+        """The waiting requests that fit the batch, oldest first (the lock held)."""
+        room = self.max_batch - len(self._active)
+        new: list[Generation] = []
+        while self._pending and len(new) < room:
+            g = self._pending.popleft()
+            if not g.cancelled:
+                new.append(g)
+        return new
 
     def _step_done(self) -> None:
         if self.on_step is not None:
@@ -444,9 +459,10 @@ class TransformersEngine:
 
 def _prefill_groups(new: list[Generation]) -> list[list[Generation]]:
     """*new* by prompt length, cut into groups of at most ``_PREFILL_TOKENS`` padded tokens
-    (one prompt at least): less padding, and the first tokens of a burst go out group by
-    group instead of after one long prefill of all (the prefill's cost grows with its tokens;
-    each group costs one more forward call, small beside it)."""
+    (one prompt at least). A burst of ordinary prompts is one group: one forward call, whose
+    cost on a small model is mostly per call, gives all their first tokens at once (groups of
+    96 tokens, tried before, made the later groups of a burst of 16 wait for the earlier
+    ones); only long prompts are split off, shortest first, to bound the padding."""
     groups: list[list[Generation]] = []
     group: list[Generation] = []
     for g in sorted(new, key=lambda g: len(g.prompt_ids)):
