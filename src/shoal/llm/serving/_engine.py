@@ -25,11 +25,10 @@ The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and tex
 
 from __future__ import annotations
 
-import collections
+import abc
 import itertools
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,8 +38,10 @@ from typing import Any
 from shoal.errors import OverloadedError
 from shoal.llm.serving._params import GenerationParams
 from shoal.llm.serving._sampling import choose
+from shoal.serving.loop import ServingLoop
 
-__all__ = ["EngineObserver", "FinishReason", "Generation", "TokenEvent", "TransformersEngine"]
+__all__ = ["EngineLoop", "EngineObserver", "FinishReason", "Generation", "TokenEvent",
+           "TransformersEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,81 @@ class Generation:
         self.cancelled = True
 
 
-class TransformersEngine:
+class EngineLoop(ServingLoop[Generation]):
+    """What the LLM engines share: ``submit`` (thread-safe, returns at once; raises
+    ``OverloadedError`` when ``max_queue`` requests already wait), the loop's iteration
+    around ``_take`` (under the lock) and ``_work`` (outside it), and ``on_step`` (when
+    given) called on the loop's thread after each iteration's events, so a consumer can hand
+    a step's events on at once."""
+
+    def __init__(self, *, max_queue: int, observer: EngineObserver | None,
+                 on_step: Callable[[], None] | None) -> None:
+        super().__init__()
+        self.max_queue = max_queue
+        self.observer = observer or EngineObserver()
+        self.on_step = on_step
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
+               on_event: Callable[[TokenEvent], None]) -> Generation:
+        generation = Generation(prompt_ids, params, on_event)
+        self._accepted(generation)
+        with self._cond:
+            waiting = self.queue_depth
+            if waiting >= self.max_queue:
+                raise OverloadedError(f"{waiting} requests already wait for a batch slot "
+                                      f"(job_queue_size={self.max_queue}); retry shortly",
+                                      queue=waiting)
+            self._enqueue(generation)
+        return generation
+
+    def _accepted(self, generation: Generation) -> None:
+        """A new generation, before it is queued (on the caller's thread)."""
+
+    def _iteration(self) -> bool:
+        """Take waiting requests, run a step (``_work``), hand the events on; False once
+        stopped."""
+        with self._cond:
+            if not self._wait_for_work():
+                self._fail_all("the server is shutting down")
+                self._step_done()
+                return False
+            new = self._take()
+        self._work(new)
+        self._step_done()
+        return True
+
+    def _emit(self, g: Generation, event: TokenEvent) -> None:
+        try:
+            g.on_event(event)
+        except Exception:  # a callback's failure must not stop the batch
+            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
+            g.cancel()
+
+    def _step_done(self) -> None:
+        if self.on_step is not None:
+            try:
+                self.on_step()
+            except Exception:  # the consumer's failure must not stop the engine
+                log.exception("handing a step's events on failed")
+
+    @abc.abstractmethod
+    def _take(self) -> list[Generation]:
+        """The waiting requests this iteration admits (the lock held)."""
+
+    @abc.abstractmethod
+    def _work(self, new: list[Generation]) -> None:
+        """Admit *new* and run one step of the batch (outside the lock)."""
+
+    @abc.abstractmethod
+    def _fail_all(self, why: str) -> None:
+        """End every generation with the error *why* (the lock held)."""
+
+
+class TransformersEngine(EngineLoop):
     """Continuous batching over a loaded ``model`` and ``tokenizer``.
 
     ``submit`` is thread-safe and returns at once; events arrive through the generation's
@@ -139,16 +214,16 @@ class TransformersEngine:
     wait.
     """
 
+    thread_name = "shoal-llm-engine"
+
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int, max_queue: int,
                  max_model_len: int, observer: EngineObserver | None = None,
                  on_step: Callable[[], None] | None = None) -> None:
+        super().__init__(max_queue=max_queue, observer=observer, on_step=on_step)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
-        self.max_queue = max_queue
         self.max_model_len = max_model_len
-        self.observer = observer or EngineObserver()
-        self.on_step = on_step
         self.eos_ids = _eos_ids(model, tokenizer)
         self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | self.eos_ids
         pad = tokenizer.pad_token_id
@@ -160,8 +235,6 @@ class TransformersEngine:
                               or getattr(model.config, "vocab_size", 0) or len(tokenizer))
         self.decode_text = _text_decoder(tokenizer)
         self.mask_4d = _takes_4d_mask(model)
-        self._cond = threading.Condition()
-        self._pending: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
         self._cache: Any = None
         # the live batch's attention mask: the first ``_width`` columns of ``_buffer`` (bool;
@@ -170,15 +243,8 @@ class TransformersEngine:
         self._width = 0
         self._lengths: Any = None
         self._padded = False
-        self._paused = False
-        self._stopping = False
-        self._thread: threading.Thread | None = None
 
     # --- the request side --------------------------------------------------------------------
-
-    @property
-    def queue_depth(self) -> int:
-        return len(self._pending)
 
     @property
     def live(self) -> int:
@@ -189,58 +255,19 @@ class TransformersEngine:
         """The live batch's attention mask (rows x columns, bool)."""
         return None if self._buffer is None else self._buffer[:, :self._width]
 
-    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
-               on_event: Callable[[TokenEvent], None]) -> Generation:
-        generation = Generation(prompt_ids, params, on_event)
-        with self._cond:
-            if len(self._pending) >= self.max_queue:
-                raise OverloadedError(f"{len(self._pending)} requests already wait for a batch "
-                                      f"slot (job_queue_size={self.max_queue}); retry shortly",
-                                      queue=len(self._pending))
-            self._pending.append(generation)
-            self._cond.notify()
-        return generation
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="shoal-llm-engine", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def pause(self) -> None:
-        """Hold the loop after its current step (tests use it to queue requests up)."""
-        with self._cond:
-            self._paused = True
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = False
-            self._cond.notify()
-
     # --- the loop ------------------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
         import torch
 
         with torch.inference_mode():
-            while self._iteration():
-                pass
+            super()._run()
 
-    def _iteration(self) -> bool:
-        """Admit, decode one step, hand the events on; False once stopped."""
-        with self._cond:
-            while not self._stopping and (self._paused or not (self._pending or self._active)):
-                self._cond.wait()
-            if self._stopping:
-                self._fail_all("the server is shutting down")
-                self._step_done()
-                return False
-            new = self._admit()
+    def _has_work(self) -> bool:
+        return bool(self._active)
+
+    def _work(self, new: list[Generation]) -> None:
+        """Retire the cancelled rows, prefill *new* (and what arrives meanwhile), decode."""
         admitted: list[Generation] = []
         try:
             if any(g.cancelled for g in self._active):
@@ -256,7 +283,7 @@ class TransformersEngine:
                     self._prefill(group)
                     self._step_done()  # first tokens go out now, not after the decode step
                 with self._cond:
-                    new = [] if self._stopping or self._paused else self._admit()
+                    new = [] if self._stopping or self._paused else self._take()
             if self._active:
                 self._decode()
         except Exception as e:  # a bug or an OOM: fail the batch, keep serving
@@ -266,10 +293,8 @@ class TransformersEngine:
                 self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
             self._active, self._cache, self._buffer, self._lengths = [], None, None, None
-        self._step_done()
-        return True
 
-    def _admit(self) -> list[Generation]:
+    def _take(self) -> list[Generation]:
         """The waiting requests that fit the batch, oldest first (the lock held)."""
         room = self.max_batch - len(self._active)
         new: list[Generation] = []
@@ -278,13 +303,6 @@ class TransformersEngine:
             if not g.cancelled:
                 new.append(g)
         return new
-
-    def _step_done(self) -> None:
-        if self.on_step is not None:
-            try:
-                self.on_step()
-            except Exception:  # the consumer's failure must not stop the engine
-                log.exception("handing a step's events on failed")
 
     def _prefill(self, new: list[Generation]) -> None:
         import torch
@@ -390,13 +408,6 @@ class TransformersEngine:
         self._emit(g, TokenEvent(token, delta, logprob, token in self.special_ids, finish,
                                  text if finish is not None else None, top=top))
         return finish is not None
-
-    def _emit(self, g: Generation, event: TokenEvent) -> None:
-        try:
-            g.on_event(event)
-        except Exception:  # a callback's failure must not stop the batch
-            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
-            g.cancel()
 
     def _fail_all(self, why: str) -> None:
         for g in [*self._active, *self._pending]:
