@@ -119,7 +119,7 @@ class ThreadServer:
 
         import uvicorn
 
-        from shoal.serving._run import bind
+        from shoal.serving.runner import bind
 
         self.app = app
         self.sock = bind("127.0.0.1", 0)

@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -288,3 +289,125 @@ def test_tgi_compat_answers_invocations_as_tgis_container(model_dir, ref):
         r = httpx.post(s.url + "/generate", json={
             "inputs": prompt, "parameters": {"max_new_tokens": n}})
         assert r.json() == {"generated_text": want}
+
+
+class _StepLog:
+    """Wraps an engine's observer and records its prefill calls (rows each), decode steps
+    (live rows each) and first tokens, in order; ``on_prefill`` runs before each prefill's
+    forward call (on the engine's thread)."""
+
+    def __init__(self, inner: Any, on_prefill: Any = None) -> None:
+        self.inner = inner
+        self.on_prefill = on_prefill
+        self.log: list[tuple[str, int]] = []
+        self._prefilling = False
+
+    def prefilled(self, prompt_tokens: int) -> None:
+        self._prefilling = True
+        self.inner.prefilled(prompt_tokens)
+        if self.on_prefill is not None:
+            self.on_prefill(len([e for e in self.log if e[0] == "prefill"]))
+
+    def step(self, live: int, tokens: int, seconds: float) -> None:
+        self.log.append(("prefill", tokens) if self._prefilling else ("decode", live))
+        self._prefilling = False
+        self.inner.step(live, tokens, seconds)
+
+    def first_token(self, seconds: float) -> None:
+        self.log.append(("first_token", 1))
+        self.inner.first_token(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model whose batch and queue take 16 requests and more."""
+    return make_tiny_llm(tmp_path_factory.mktemp("llm-wide") / "model",
+                         option_max_rolling_batch_size=32, job_queue_size=32)
+
+
+@pytest.fixture(scope="module")
+def wide_server(wide_dir: Path) -> Iterator[ThreadServer]:
+    app = LlmServerApp(load_serving_options(wide_dir, {}), ServerOptions(port=0))
+    with ThreadServer(app) as s:
+        yield s
+
+
+def test_sixteen_concurrent_requests_get_their_first_tokens_from_one_prefill(wide_server):
+    """16 streams sent at once (held in the queue until all are there) are prefilled in one
+    forward call, and every one has its first token before the first decode step."""
+    engine = wide_server.app.loaded.engine
+    steps = _StepLog(engine.observer)
+    engine.observer = steps
+    prompt = PROMPTS[2]  # ~10 tokens: 16 of them are more than the old 96-token groups
+    body = {"inputs": prompt, "parameters": {"max_new_tokens": 6}}
+
+    async def burst() -> list[str]:
+        async with httpx.AsyncClient(base_url=wide_server.url, timeout=60) as client:
+            async def one() -> str:
+                r = await client.post("/generate_stream", json=body)
+                return "".join(json.loads(e)["token"]["text"] for e in _sse(r.text))
+
+            engine.pause()
+            try:
+                tasks = [asyncio.create_task(one()) for _ in range(16)]
+                await asyncio.to_thread(wait_until, lambda: engine.queue_depth == 16, 30,
+                                        what="the 16 requests to queue")
+            finally:
+                engine.resume()
+            return list(await asyncio.gather(*tasks))
+
+    try:
+        texts = asyncio.run(burst())
+    finally:
+        engine.observer = steps.inner
+    assert len(set(texts)) == 1 and texts[0]  # greedy: the same answer for the same prompt
+    first_decode = next(i for i, e in enumerate(steps.log) if e[0] == "decode")
+    before = steps.log[:first_decode]
+    assert [e for e in before if e[0] == "prefill"] == [("prefill", 16)], steps.log
+    assert before.count(("first_token", 1)) == 16, steps.log
+    assert steps.log[first_decode] == ("decode", 16)
+
+
+def test_requests_arriving_during_a_prefill_are_prefilled_before_the_next_decode_step(
+        wide_server, wide_dir):
+    """15 requests submitted while a lone request is being prefilled get their own prefill
+    before any decode step (prefill before decode), and every answer equals its solo
+    generate()."""
+    engine = wide_server.app.loaded.engine
+    ref = Reference(wide_dir)
+    prompts = [PROMPTS[k % len(PROMPTS)] for k in range(16)]
+    got: dict[int, list[int]] = {k: [] for k in range(16)}
+    finished = threading.Event()
+    done: set[int] = set()
+
+    def collect(k: int) -> Any:
+        def on_event(event: Any) -> None:
+            got[k].append(event.token_id)
+            if event.finish is not None:
+                done.add(k)
+                if len(done) == 16:
+                    finished.set()
+        return on_event
+
+    def submit(k: int) -> None:
+        engine.submit(ref.ids(prompts[k]), GenerationParams(max_new_tokens=5), collect(k))
+
+    def on_prefill(earlier: int) -> None:
+        if earlier == 0:  # the lone request's prefill: the burst arrives meanwhile
+            for k in range(1, 16):
+                submit(k)
+
+    steps = _StepLog(engine.observer, on_prefill)
+    engine.observer = steps
+    try:
+        submit(0)
+        assert finished.wait(60)
+    finally:
+        engine.observer = steps.inner
+    prefills = [e for e in steps.log if e[0] != "first_token"]
+    assert prefills[:3] == [("prefill", 1), ("prefill", 15), ("decode", 16)], steps.log
+    for k, prompt in enumerate(prompts):
+        assert got[k] == ref.generate_ids(prompt, 5), k

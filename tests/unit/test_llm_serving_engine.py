@@ -254,16 +254,23 @@ def test_vllm_is_imported_only_when_the_model_loads():
     assert Path(shoal.llm.serving._vllm.__file__).name == "_vllm.py"
 
 
-def test_a_burst_is_prefilled_in_groups_by_prompt_length():
+def test_a_burst_is_one_prefill_and_only_long_prompts_are_split_off():
     from shoal.llm.serving._engine import _PREFILL_TOKENS, Generation, _prefill_groups
 
-    lengths = [20, 3, 18, 5, 19, 4, 30, 2, 200]
-    new = [Generation([1] * n, GenerationParams(), lambda e: None) for n in lengths]
-    groups = _prefill_groups(new)
-    assert sorted(g.id for group in groups for g in group) == sorted(g.id for g in new)
+    def burst(lengths: list[int]) -> list[list[Generation]]:
+        new = [Generation([1] * n, GenerationParams(), lambda e: None) for n in lengths]
+        groups = _prefill_groups(new)
+        assert sorted(g.id for group in groups for g in group) == sorted(g.id for g in new)
+        return groups
+
+    ordinary = [20, 3, 18, 5, 19, 4, 30, 2, 12, 7, 9, 11, 14, 16, 6, 8]  # 16 prompts
+    assert [len(group) for group in burst(ordinary)] == [16]
+    long = _PREFILL_TOKENS // 2 + 1  # two of these do not fit one call
+    groups = burst([20, 3, long, 18, long])
     flat = [len(g.prompt_ids) for group in groups for g in group]
-    assert flat == sorted(lengths)  # shortest first: less padding, first tokens out sooner
+    assert flat == sorted(flat)  # shortest first: the short ones do not wait for the long
     for group in groups:  # within the budget of padded tokens, or one long prompt alone
         longest = max(len(g.prompt_ids) for g in group)
         assert len(group) * longest <= _PREFILL_TOKENS or len(group) == 1
-    assert len(groups) > 1 and [len(g.prompt_ids) for g in groups[-1]] == [200]
+    assert [[len(g.prompt_ids) for g in group] for group in groups] == [[3, 18, 20], [long],
+                                                                        [long]]

@@ -206,7 +206,7 @@ def test_queue_groups_what_arrives_while_the_model_is_busy() -> None:
         assert queue.depth == 6
         gate.set()
         results = await asyncio.gather(first, *rest)
-        await queue.stop()
+        await queue.close()
         return results
 
     assert asyncio.run(main()) == [0, 10, 20, 30, 40, 50, 60]
@@ -237,7 +237,7 @@ def test_queue_refuses_when_full_and_times_out() -> None:
         assert info.value.status == 504
         gate.set()
         assert await queued == "b"
-        await queue.stop()
+        await queue.close()
 
     asyncio.run(main())
 

@@ -13,23 +13,20 @@ import asyncio
 import json
 import logging
 import os
-import threading
-import time
 from collections.abc import Callable
-from enum import StrEnum
-from typing import Any
 
 from shoal.errors import ModelLoadError
 from shoal.serving import _codecs
 from shoal.serving._artifact import ResolvedModel, resolve_model
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
+from shoal.serving._asgi import Receive, Scope, Send
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
-from shoal.serving._http import ClientDisconnected, RequestError, read_body
+from shoal.serving._http import RequestError, read_body
 from shoal.serving._http import respond as _respond
 from shoal.serving._http import respond_error as _error
 from shoal.serving._metrics import ServerMetrics
 from shoal.serving._options import ServerOptions
+from shoal.serving.loading import LoadingApp, ModelState, answer
 
 __all__ = ["ModelServerApp", "ModelState", "create_app"]
 
@@ -39,12 +36,6 @@ log = logging.getLogger(__name__)
 #: Bodies above this are decoded on a helper thread, so parsing them does not stall /ping.
 _INLINE_DECODE_BYTES = 256 * 1024
 _JSON = b"application/json"
-
-
-class ModelState(StrEnum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
 
 
 def create_app(model_dir: str | os.PathLike[str], *, options: ServerOptions,
@@ -70,71 +61,41 @@ def create_app(model_dir: str | os.PathLike[str], *, options: ServerOptions,
     return ModelServerApp(handler, options, resolved=resolved, on_load_error=on_load_error)
 
 
-class ModelServerApp(AsgiApp):
+class ModelServerApp(LoadingApp[None]):
     """ASGI callable; build it with ``create_app``."""
 
     def __init__(self, handler: Handler, options: ServerOptions, *, resolved: ResolvedModel,
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
+        super().__init__(api_key=options.api_key, on_load_error=on_load_error)
         self.handler = handler
         self.options = options
-        self.api_key = api_key_bytes(options.api_key)
-        self.state = ModelState.LOADING
-        self.load_error: BaseException | None = None
         self._resolved = resolved
-        self._on_load_error = on_load_error
         self._queue: InferenceQueue | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(options.max_payload_mb * 1024 * 1024)
         self._negotiated: dict[tuple[bytes | None, bytes | None],
                                tuple[str, str] | RequestError] = {}
         self.metrics = ServerMetrics(
             queue_depth=lambda: self._queue.depth if self._queue is not None else 0,
             loaded=lambda: float(self.state is ModelState.READY))
-        #: set by a server of several workers: whether the others have their model too...
+        #: set by a server of several workers: whether the others have their model too
         self.others_ready: Callable[[], bool] | None = None
-        #: ...told when this one has it...
-        self.on_ready: Callable[[], None] | None = None
-        #: ...and whether this one listens only once its model is loaded
-        self.listen_when_loaded = False
-        self._settled: asyncio.Event | None = None
 
     # --- lifespan ---------------------------------------------------------------------------
 
-    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._settled = asyncio.Event()
-        threading.Thread(target=self._load, name="shoal-model-load", daemon=True).start()
-
-    async def started(self) -> None:
-        if self.listen_when_loaded and self._settled is not None:
-            await self._settled.wait()  # loaded or failed
-
     async def on_shutdown(self) -> None:
         if self._queue is not None:
-            await self._queue.stop()
+            await self._queue.close()
         self._resolved.cleanup()
 
-    def _load(self) -> None:
-        started = time.perf_counter()
+    def load(self) -> None:
         log.info("loading %s from %s", self.handler.describe(), self.handler.model_dir)
-        try:
-            self.handler.load()
-        except BaseException as e:  # anything the model's code raises, SystemExit included
-            if not isinstance(e, ModelLoadError):
-                e = ModelLoadError(f"loading {self.handler.describe()} failed: "
-                                   f"{type(e).__name__}: {e}")
-            log.error("the model failed to load: %s", e, exc_info=e.__cause__ or e)
-            self._call_soon(self._failed, e)
-            return
-        seconds = time.perf_counter() - started
-        self._call_soon(self._ready, seconds)
+        self.handler.load()
 
-    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(fn, *args)
+    def load_failure(self, error: BaseException) -> ModelLoadError:
+        return ModelLoadError(f"loading {self.handler.describe()} failed: "
+                              f"{type(error).__name__}: {error}")
 
-    def _ready(self, seconds: float) -> None:
+    def became_ready(self, loaded: None, seconds: float) -> None:
         handler = self.handler
         size, delay = self.options.batch_limits(batchable=handler.batchable)
         if self.options.batching_requested and not handler.batchable:
@@ -146,22 +107,9 @@ class ModelServerApp(AsgiApp):
                                      max_batch_delay_s=delay, max_queue=self.options.max_queue,
                                      on_batch=self.metrics.batch)
         self._queue.start()
-        self.state = ModelState.READY
-        if self.on_ready is not None:
-            self.on_ready()
-        if self._settled is not None:
-            self._settled.set()
         batching = f"batches of up to {size}, {delay * 1000:g} ms delay" if size > 1 \
             else "no batching"
         log.info("model ready in %.2f s: %s, %s", seconds, handler.describe(), batching)
-
-    def _failed(self, error: BaseException) -> None:
-        self.state = ModelState.FAILED
-        self.load_error = error
-        if self._on_load_error is not None:
-            self._on_load_error(error)
-        if self._settled is not None:
-            self._settled.set()
 
     # --- routes -----------------------------------------------------------------------------
 
@@ -193,17 +141,11 @@ class ModelServerApp(AsgiApp):
                                             "server is still loading the model; retry shortly",
                                             headers=((b"retry-after", b"1"),)))
         else:
-            await _error(send, self._not_ready())
-
-    def _not_ready(self) -> RequestError:
-        if self.state is ModelState.FAILED:
-            return RequestError(503, "model failed to load", str(self.load_error))
-        return RequestError(503, "model loading", "the model is still loading; retry shortly",
-                            headers=((b"retry-after", b"1"),))
+            await _error(send, self.not_ready())
 
     async def _execution_parameters(self, send: Send) -> None:
         if self.state is not ModelState.READY:
-            await _error(send, self._not_ready())
+            await _error(send, self.not_ready())
             return
         size, _ = self.options.batch_limits(batchable=self.handler.batchable)
         body = {"MaxConcurrentTransforms": self.options.workers * size,
@@ -212,11 +154,9 @@ class ModelServerApp(AsgiApp):
         await _respond(send, 200, json.dumps(body).encode(), _JSON)
 
     async def _invoke(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        status = 500
-        try:
+        async def run() -> int:
             if self.state is not ModelState.READY or self._queue is None:
-                raise self._not_ready()
+                raise self.not_ready()
             raw_type, raw_accept, length = _headers(scope)
             content_type, response_type = self._types(raw_type, raw_accept)
             handler = self.handler
@@ -229,17 +169,9 @@ class ModelServerApp(AsgiApp):
             prediction = await self._queue.submit(data, self.options.timeout_s)
             payload, payload_type = handler.encode(prediction, response_type)
             await _respond(send, 200, payload, payload_type.encode())
-            status = 200
-        except RequestError as e:
-            status = e.status
-            await _error(send, e)
-        except ClientDisconnected:
-            status = 499
-        except Exception as e:  # a bug of ours: answer 500 and keep serving
-            log.exception("invocation failed")
-            await _error(send, RequestError(500, "internal error", f"{type(e).__name__}: {e}"))
-        finally:
-            self.metrics.request(status, time.perf_counter() - started)
+            return 200
+
+        await answer(send, run, self.metrics.request)
 
     def _types(self, raw_type: bytes | None, raw_accept: bytes | None) -> tuple[str, str]:
         """``(content type, response type)`` for a request's Content-Type and Accept headers,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from shoal.serving._http import RequestError
+from shoal.serving.loop import ServingLoop
 
 __all__ = ["InferenceQueue"]
 
@@ -39,7 +39,7 @@ class _Item:
         self.state = _QUEUED
 
 
-class InferenceQueue:
+class InferenceQueue(ServingLoop[_Item]):
     """Bounded queue in front of ``run_batch(list) -> list`` (one result per item).
 
     ``submit`` raises ``RequestError`` 503 (with ``Retry-After``) when ``max_queue`` requests
@@ -50,20 +50,15 @@ class InferenceQueue:
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], *, max_batch_size: int,
                  max_batch_delay_s: float, max_queue: int,
                  on_batch: Callable[[int], None] = lambda n: None) -> None:
+        # _pending, _waiting, _idle, _stopping and every item's state change under _cond.
+        super().__init__(lock=threading.Lock())
         self._run_batch = run_batch
         self._max = max_batch_size
         self._delay = max_batch_delay_s
         self._max_queue = max_queue
         self._on_batch = on_batch
-        # _pending, _waiting, _idle, _stopped and every item's state change under _lock.
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._pending: deque[_Item] = deque()
         self._waiting = 0  # queued items whose caller still waits
-        self._idle = False  # the inference thread sleeps until _wake is notified
         self._room = 0  # while it waits for a batch to fill: wake it only once this many queue
-        self._stopped = False
-        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -71,19 +66,21 @@ class InferenceQueue:
         """Requests waiting for the model (not counting the batch it is running)."""
         return self._waiting
 
+    thread_name = "shoal-inference"
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._work, name="shoal-inference", daemon=True)
-        self._thread.start()
+        super().start()
 
-    async def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
+    async def close(self) -> None:
+        """Stop taking batches and fail the requests still waiting (503); the batch in the
+        model finishes on its own (a hung model's thread is a daemon, not joined)."""
+        with self._cond:
+            self._stopping = True
             left = list(self._pending)
             self._pending.clear()
             self._waiting = 0
-            self._wake.notify()
-        # A hung model's thread cannot be joined; it is a daemon and does not hold the exit.
+            self._cond.notify()
         for item in left:
             if not item.future.done():
                 item.future.set_exception(RequestError(503, "shutting down",
@@ -94,17 +91,17 @@ class InferenceQueue:
         if loop is None:
             raise RuntimeError("InferenceQueue.start() was not called")
         item = _Item(data, loop.create_future(), loop.time())
-        with self._lock:
+        with self._cond:
             waiting = self._waiting
             full = waiting >= self._max_queue
             if not full:
                 self._pending.append(item)
                 self._waiting += 1
                 if self._idle:
-                    self._wake.notify()
+                    self._cond.notify()
                 elif self._room and len(self._pending) >= self._room:
                     self._room = 0
-                    self._wake.notify()
+                    self._cond.notify()
         if full:
             raise RequestError(503, "overloaded",
                                f"{waiting} requests are already waiting for the model (the "
@@ -116,7 +113,7 @@ class InferenceQueue:
         finally:
             expiry.cancel()
             if item.state == _QUEUED:  # cancelled while queued: the model must not run it
-                with self._lock:
+                with self._cond:
                     if item.state == _QUEUED:
                         item.state = _GONE
                         self._waiting -= 1
@@ -124,7 +121,7 @@ class InferenceQueue:
     def _expire(self, item: _Item, timeout_s: float) -> None:
         if item.future.done():
             return
-        with self._lock:
+        with self._cond:
             queued = item.state == _QUEUED
             if queued:
                 item.state = _GONE
@@ -138,7 +135,7 @@ class InferenceQueue:
     # --- the inference thread ---------------------------------------------------------------
 
     def _take(self, into: list[_Item]) -> None:
-        """Move queued items into *into*, up to the batch size (holding ``_lock``)."""
+        """Move queued items into *into*, up to the batch size (holding ``_cond``)."""
         pending, limit = self._pending, self._max
         while pending and len(into) < limit:
             item = pending.popleft()
@@ -152,47 +149,47 @@ class InferenceQueue:
         """The next batch, waiting for requests (and for company, with a batch delay); None
         once stopped."""
         batch: list[_Item] = []
-        with self._lock:
+        with self._cond:
             while True:
-                if self._stopped:
+                if not self._wait_for_work():
                     return None
-                self._take(batch)
+                self._take(batch)  # the queued items may all have left: wait again
                 if batch:
                     break
-                self._idle = True
-                self._wake.wait()
-                self._idle = False
             if self._delay > 0 and len(batch) < self._max:
                 loop = self._loop
                 assert loop is not None
                 deadline = batch[0].enqueued + self._delay
-                while len(batch) < self._max and not self._stopped:
+                while len(batch) < self._max and not self._stopping:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
                     self._room = self._max - len(batch)
-                    self._wake.wait(remaining)
+                    self._cond.wait(remaining)
                     self._room = 0
                     self._take(batch)
         return batch
 
-    def _work(self) -> None:
+    def _iteration(self) -> bool:
         loop = self._loop
         assert loop is not None
-        while (batch := self._next_batch()) is not None:
-            try:
-                results = self._run_batch([item.data for item in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"the handler returned {len(results)} results for a "
-                                       f"batch of {len(batch)}")
-            except Exception as e:  # a handler bug: fail this batch, keep serving
-                log.exception("inference failed for a batch of %d", len(batch))
-                results = [RequestError(500, "internal error", f"{type(e).__name__}: {e}")
-                           for _ in batch]
-            try:
-                loop.call_soon_threadsafe(self._deliver, batch, results)
-            except RuntimeError:  # the loop is closed: the server has stopped
-                return
+        batch = self._next_batch()
+        if batch is None:
+            return False
+        try:
+            results = self._run_batch([item.data for item in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"the handler returned {len(results)} results for a "
+                                   f"batch of {len(batch)}")
+        except Exception as e:  # a handler bug: fail this batch, keep serving
+            log.exception("inference failed for a batch of %d", len(batch))
+            results = [RequestError(500, "internal error", f"{type(e).__name__}: {e}")
+                       for _ in batch]
+        try:
+            loop.call_soon_threadsafe(self._deliver, batch, results)
+        except RuntimeError:  # the loop is closed: the server has stopped
+            return False
+        return True
 
     def _deliver(self, batch: list[_Item], results: list[Any]) -> None:
         self._on_batch(len(batch))

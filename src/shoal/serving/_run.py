@@ -8,24 +8,30 @@ that cannot load is not retried in a loop.
 
 from __future__ import annotations
 
-import errno
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import socket
 import sys
-import threading
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from shoal._internal.extras import SERVER_MODULES, require
-from shoal.errors import ServingError
 from shoal.serving._artifact import resolve_model
 from shoal.serving._handlers import select_handler
 from shoal.serving._options import ServerOptions
+from shoal.serving.runner import (
+    STOP_GRACE_S,
+    Stop,
+    StopSignals,
+    bind,
+    reuse_port_works,
+    run_app,
+    url_host,
+    write_port_file,
+)
 
 __all__ = ["bind", "serve"]
 
@@ -34,13 +40,6 @@ log = logging.getLogger(__name__)
 #: A model directory holding this file (or the file alone) is an LLM, served by _LLM_SERVER.
 _LLM_PROPERTIES = "serving.properties"
 _LLM_SERVER = "shoal.llm.serving._run"
-
-_STOP_GRACE_S = 30
-
-
-class _Stop(BaseException):
-    """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
-
 
 def serve(model: str | os.PathLike[str], *, options: ServerOptions,
           port_file: str | os.PathLike[str] | None = None) -> int:
@@ -64,17 +63,17 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
         sock = socks[0]
         port = sock.getsockname()[1]
         if port_file is not None:
-            _write_atomic(Path(port_file), f"{port}\n")
-        sys.stdout.write(f"shoal model server listening on http://{_url_host(options.host)}:"
+            write_port_file(port_file, port)
+        sys.stdout.write(f"shoal model server listening on http://{url_host(options.host)}:"
                          f"{port} (model {resolved.path}, {options.workers} worker"
                          f"{'s' if options.workers > 1 else ''})\n")
         sys.stdout.flush()
-        with _stop_signals():
+        with StopSignals():
             try:
                 if options.workers == 1:
                     return run_worker(sock, str(resolved.path), options)
                 return _supervise(socks, str(resolved.path), options)
-            except _Stop:
+            except Stop:
                 return 0
             finally:
                 for s in socks:
@@ -101,7 +100,7 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
     to be awake when a burst of clients connects accepts them all, and the other workers sit
     idle for as long as those connections live (the benchmark saw all 32 on one of two).
     """
-    if workers <= 1 or not _reuse_port_works():
+    if workers <= 1 or not reuse_port_works():
         return [bind(host, port)]  # one socket the workers share
     if port != 0:
         bind(host, port).close()  # in use by another process: say so, as for one worker
@@ -117,43 +116,6 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
             s.close()
         raise
     return socks
-
-
-def _reuse_port_works() -> bool:
-    """Whether this kernel takes SO_REUSEPORT (some sandboxes name it and refuse it)."""
-    if not hasattr(socket, "SO_REUSEPORT"):
-        return False
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    except OSError:
-        return False
-    return True
-
-
-def bind(host: str, port: int, *, reuse_port: bool = False, listen: bool = True
-         ) -> socket.socket:
-    """A listening (or, with ``listen=False``, only bound) TCP socket on *host*:*port*;
-    ``ServingError`` says why it cannot be had."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        if listen:
-            sock.listen(2048)
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise ServingError(f"port {port} on {host} is already in use; choose another with "
-                               f"--port (0 picks a free one) or stop the process holding it",
-                               host=host, port=port) from e
-        raise ServingError(f"cannot listen on {host}:{port}: {e.strerror or e}", host=host,
-                           port=port) from e
-    sock.set_inheritable(True)
-    return sock
 
 
 class WorkerReadiness:
@@ -182,42 +144,17 @@ def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions,
     its model, and every worker but the first starts listening only once its own model is
     loaded: no request reaches a worker without its model. The first answers ``/ping`` (503)
     while the models load."""
-    import uvicorn
-
     from shoal.serving._app import create_app
 
-    status = 0
-    server: uvicorn.Server | None = None
+    def make_app(failed: Callable[[BaseException], None]) -> Any:
+        app = create_app(model_dir, options=options, on_load_error=failed)
+        if readiness is not None:
+            app.others_ready = readiness.all_ready
+            app.on_ready = readiness.mark_ready
+            app.listen_when_loaded = readiness.index > 0
+        return app
 
-    def failed(error: BaseException) -> None:
-        nonlocal status
-        status = 1
-        if server is not None:
-            server.should_exit = True
-
-    app = create_app(model_dir, options=options, on_load_error=failed)
-    if readiness is not None:
-        app.others_ready = readiness.all_ready
-        app.on_ready = readiness.mark_ready
-        app.listen_when_loaded = readiness.index > 0
-    server = uvicorn.Server(uvicorn_config(app, options))
-    server.run(sockets=[sock])
-    return status
-
-
-def uvicorn_config(app: Any, options: ServerOptions) -> Any:
-    """uvicorn's settings for *app*: the guarded protocol (read deadline, connection limit;
-    ``shoal.serving._guard``), keep-alive past load balancers' 60 s, no access log."""
-    import uvicorn
-
-    from shoal.serving._guard import fit_fd_limit, guarded_protocol
-
-    protocol = guarded_protocol(read_timeout_s=options.read_timeout_s,
-                                max_connections=fit_fd_limit(options.max_connections),
-                                open_paths=app.open_paths)
-    return uvicorn.Config(app, http=protocol, lifespan="on", log_config=None,
-                          access_log=False, proxy_headers=False, server_header=False,
-                          timeout_keep_alive=75, timeout_graceful_shutdown=_STOP_GRACE_S)
+    return run_app(make_app, sock, options)
 
 
 def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions, flags: Any,
@@ -253,36 +190,7 @@ def _stop_all(procs: list[Any]) -> None:
         if p.exitcode is None:
             p.terminate()
     for p in procs:
-        p.join(_STOP_GRACE_S)
+        p.join(STOP_GRACE_S)
         if p.exitcode is None:
             p.kill()
             p.join()
-
-
-class _stop_signals:
-    """SIGTERM and SIGINT raise ``_Stop``: uvicorn captures them first, shuts down gracefully,
-    then re-raises them here, so temporary model directories are still removed."""
-
-    def __enter__(self) -> None:
-        self._saved: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._saved[sig] = signal.signal(sig, _raise_stop)
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signum)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

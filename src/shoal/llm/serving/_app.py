@@ -15,13 +15,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from enum import StrEnum
 from typing import Any
 
-from shoal.errors import ModelLoadError, OverloadedError
+from shoal.errors import OverloadedError
 from shoal.llm.serving import _protocols as wire
 from shoal.llm.serving._engine import Generation, TokenEvent
 from shoal.llm.serving._loading import LoadedModel, load_model
@@ -42,7 +40,7 @@ from shoal.llm.serving._streams import (
     start,
     watch_disconnect,
 )
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
+from shoal.serving._asgi import Receive, Scope, Send
 from shoal.serving._codecs import decode_json_document
 from shoal.serving._http import (
     ClientDisconnected,
@@ -53,6 +51,7 @@ from shoal.serving._http import (
 )
 from shoal.serving._http import respond as _respond
 from shoal.serving._options import ServerOptions
+from shoal.serving.loading import LoadingApp, ModelState
 
 __all__ = ["LlmServerApp"]
 
@@ -69,15 +68,7 @@ _JSONLINES = b"application/jsonlines"
 _COMPLETIONS_MAX_TOKENS = 16
 
 
-class ModelState(StrEnum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-
-
-
-
-class LlmServerApp(AsgiApp):
+class LlmServerApp(LoadingApp[LoadedModel]):
     """ASGI callable serving the LLM *options* describe.
 
     Example::
@@ -88,18 +79,15 @@ class LlmServerApp(AsgiApp):
 
     def __init__(self, options: LlmServingOptions, server: ServerOptions, *,
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
+        super().__init__(api_key=server.api_key, on_load_error=on_load_error,
+                         load_timeout_s=options.model_loading_timeout)
         self.options = options
         self.server = server
-        self.api_key = api_key_bytes(server.api_key)
-        self.state = ModelState.LOADING
-        self.load_error: BaseException | None = None
         self.loaded: LoadedModel | None = None
         names = server.served_model_name or (
             default_model_name(options.model_id, options.base_dir.name),)
         self.model_name = names[0]
         self.openai = OpenAIApi(self, names)
-        self._on_load_error = on_load_error
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = int(server.max_payload_mb * 1024 * 1024)
         # (channel, event) of the engine's current step; only the engine's thread touches it
         self._step_events: list[tuple[Channel, TokenEvent]] = []
@@ -123,57 +111,25 @@ class LlmServerApp(AsgiApp):
 
     # --- lifespan -------------------------------------------------------------------------
 
-    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        threading.Thread(target=self._load, name="shoal-llm-load", daemon=True).start()
-        loop.call_later(self.options.model_loading_timeout, self._load_timed_out)
+    load_thread_name = "shoal-llm-load"
 
     async def on_shutdown(self) -> None:
         if self.loaded is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.loaded.engine.stop)
             self.loaded.located.cleanup()
 
-    def _load(self) -> None:
-        started = time.perf_counter()
+    def load(self) -> LoadedModel:
         log.info("loading the LLM of %s", self.options.base_dir)
-        try:
-            loaded = load_model(self.options, self.metrics)
-        except BaseException as e:
-            if not isinstance(e, ModelLoadError):
-                e = ModelLoadError(f"loading the model failed: {type(e).__name__}: {e}")
-            log.error("the model failed to load: %s", e, exc_info=e.__cause__ or e)
-            self._call_soon(self._failed, e)
-            return
-        self._call_soon(self._ready, loaded, time.perf_counter() - started)
+        return load_model(self.options, self.metrics)
 
-    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(fn, *args)
+    def discard(self, loaded: LoadedModel) -> None:
+        loaded.located.cleanup()
 
-    def _ready(self, loaded: LoadedModel, seconds: float) -> None:
-        if self.state is not ModelState.LOADING:  # timed out meanwhile
-            loaded.located.cleanup()
-            return
+    def became_ready(self, loaded: LoadedModel, seconds: float) -> None:
         self.loaded = loaded
         loaded.engine.on_step = self._step_done
         loaded.engine.start()
-        self.state = ModelState.READY
         log.info("model ready in %.2f s: %s", seconds, loaded.description)
-
-    def _failed(self, error: BaseException) -> None:
-        self.state = ModelState.FAILED
-        self.load_error = error
-        if self._on_load_error is not None:
-            self._on_load_error(error)
-
-    def _load_timed_out(self) -> None:
-        if self.state is ModelState.LOADING:
-            seconds = self.options.model_loading_timeout
-            self._failed(ModelLoadError(
-                f"the model did not load within option.model_loading_timeout={seconds:g} s; "
-                f"raise it in serving.properties", key="option.model_loading_timeout"))
-            log.error("%s", self.load_error)
 
     # --- routing --------------------------------------------------------------------------
 
@@ -207,7 +163,7 @@ class LlmServerApp(AsgiApp):
             if method != route[0]:
                 raise RequestError(405, "method not allowed", f"use {route[0]} {path}")
             if self.state is not ModelState.READY:
-                raise self._not_ready()
+                raise self.not_ready()
             status = await route[1](scope, receive, send)
         except RequestError as e:
             status = e.status
@@ -227,13 +183,7 @@ class LlmServerApp(AsgiApp):
         if self.state is ModelState.READY:
             await _respond(send, 200, b"" if empty else b'{"status":"healthy"}', _JSON)
         else:
-            await _error(send, self._not_ready(), openai=False)
-
-    def _not_ready(self) -> RequestError:
-        if self.state is ModelState.FAILED:
-            return RequestError(503, "model failed to load", str(self.load_error))
-        return RequestError(503, "model loading", "the model is still loading; retry shortly",
-                            headers=((b"retry-after", b"1"),))
+            await _error(send, self.not_ready(), openai=False)
 
     # --- LMI ------------------------------------------------------------------------------
 
@@ -338,7 +288,7 @@ class LlmServerApp(AsgiApp):
 
     def tokenizer(self) -> Any:
         if self.loaded is None:
-            raise self._not_ready()
+            raise self.not_ready()
         return self.loaded.tokenizer
 
     def max_len(self) -> int:
@@ -382,7 +332,7 @@ class LlmServerApp(AsgiApp):
         Leaving the block (done, failed, or the client gone) frees its slot. With *receive*, a
         task watches the connection (one per request: give None when the caller watches)."""
         if self.loaded is None:
-            raise self._not_ready()
+            raise self.not_ready()
         channel = Channel()
         step_event = self._step_event
         engine: Any = self.loaded.engine
@@ -422,7 +372,7 @@ class LlmServerApp(AsgiApp):
         events = self._step_events
         if events:
             self._step_events = []
-            self._call_soon(deliver, events)
+            self.call_soon(deliver, events)
 
     async def run_all(self, jobs: list[Job], receive: Receive) -> list[wire.Outcome]:
         """Generate every job (prompt, ids, params) to its end, together in the engine's

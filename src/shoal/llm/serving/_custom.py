@@ -24,7 +24,6 @@ import importlib.util
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -34,11 +33,12 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._asgi import AsgiApp, Receive, Scope, Send, api_key_bytes
-from shoal.serving._http import ClientDisconnected, RequestError, read_body
+from shoal.serving._asgi import Receive, Scope, Send
+from shoal.serving._http import RequestError, read_body
 from shoal.serving._http import respond as _respond
 from shoal.serving._http import respond_error as _error
 from shoal.serving._options import ServerOptions
+from shoal.serving.loading import LoadingApp, ModelState, answer
 
 __all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_app"]
 
@@ -54,12 +54,6 @@ _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
 class EntryPointKind(StrEnum):
     DJL = "djl"          # handle(inputs)
     TOOLKIT = "toolkit"  # model_fn / predict_fn / ...
-
-
-class ModelState(StrEnum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
 
 
 def check_entry_point(llm: LlmServingOptions) -> tuple[Path, EntryPointKind]:
@@ -135,7 +129,7 @@ def init_properties(llm: LlmServingOptions) -> dict[str, str]:
     return props
 
 
-class DjlHandlerApp(AsgiApp):
+class DjlHandlerApp(LoadingApp[Callable[[Any], Any]]):
     """ASGI app around a DJL ``handle(inputs)``: ``/ping``, ``POST /invocations``,
     ``/metrics``. The handler runs on one thread of its own (as DJL's Python worker runs one
     request at a time), never on the event loop.
@@ -150,14 +144,11 @@ class DjlHandlerApp(AsgiApp):
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
         from shoal.serving._metrics import ServerMetrics
 
+        super().__init__(api_key=server.api_key, on_load_error=on_load_error,
+                         load_timeout_s=llm.model_loading_timeout)
         self.llm = llm
         self.script = script
         self.server = server
-        self.api_key = api_key_bytes(server.api_key)
-        self.state = ModelState.LOADING
-        self.load_error: BaseException | None = None
-        self._on_load_error = on_load_error
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._worker = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="shoal-djl-handler")
         self._handle: Callable[[Any], Any] | None = None
@@ -176,10 +167,8 @@ class DjlHandlerApp(AsgiApp):
 
     # --- lifespan -------------------------------------------------------------------------
 
-    def on_startup(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._worker.submit(self._load)
-        loop.call_later(self.llm.model_loading_timeout, self._load_timed_out)
+    def start_loading(self, target: Callable[[], None]) -> None:
+        self._worker.submit(target)  # on the handler's thread, where handle() runs later
 
     async def on_shutdown(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
@@ -194,37 +183,38 @@ class DjlHandlerApp(AsgiApp):
             _djl_python.unregister()
             self._registered = False
 
-    def _load(self) -> None:
+    def load(self) -> Callable[[Any], Any]:
         """On the handler's thread: import the file, then the initialisation call."""
-        started = time.perf_counter()
         log.info("loading %s", self.named)
+        self._registered = _djl_python.register()
+        self._djl = _djl_python.djl_module()
+        module = self._import()
+        handle = getattr(module, "handle", None)
+        if not callable(handle):
+            raise ModelLoadError(f"{self.named} defines no handle(inputs) function; DJL's "
+                                 f"custom handler contract needs one", key=_KEY,
+                                 value=self.llm.entry_point, path=str(self.script))
+        init = self._djl.Input()
+        init.properties.update(init_properties(self.llm))
         try:
-            self._registered = _djl_python.register()
-            self._djl = _djl_python.djl_module()
-            module = self._import()
-            handle = getattr(module, "handle", None)
-            if not callable(handle):
-                raise ModelLoadError(f"{self.named} defines no handle(inputs) function; DJL's "
-                                     f"custom handler contract needs one", key=_KEY,
-                                     value=self.llm.entry_point, path=str(self.script))
-            init = self._djl.Input()
-            init.properties.update(init_properties(self.llm))
-            try:
-                handle(init)
-            except BaseException as e:
-                raise ModelLoadError(f"{self.named}: handle() raised at initialisation (the "
-                                     f"call with an empty Input, at load): "
-                                     f"{type(e).__name__}: {e}", key=_KEY,
-                                     value=self.llm.entry_point, path=str(self.script)) from e
-            self._handle = handle
-        except BaseException as e:  # anything the user's code raises, SystemExit included
-            if not isinstance(e, ModelLoadError):
-                e = ModelLoadError(f"{self.named}: loading failed: {type(e).__name__}: {e}",
-                                   key=_KEY, value=self.llm.entry_point)
-            log.error("the model failed to load: %s", e, exc_info=e.__cause__ or e)
-            self._call_soon(self._failed, e)
-            return
-        self._call_soon(self._ready, time.perf_counter() - started)
+            handle(init)
+        except BaseException as e:
+            raise ModelLoadError(f"{self.named}: handle() raised at initialisation (the "
+                                 f"call with an empty Input, at load): "
+                                 f"{type(e).__name__}: {e}", key=_KEY,
+                                 value=self.llm.entry_point, path=str(self.script)) from e
+        loaded: Callable[[Any], Any] = handle
+        self._handle = loaded
+        return loaded
+
+    def load_failure(self, error: BaseException) -> ModelLoadError:
+        return ModelLoadError(f"{self.named}: loading failed: {type(error).__name__}: {error}",
+                              key=_KEY, value=self.llm.entry_point)
+
+    def load_timeout_message(self) -> str:
+        return (f"{self.named} did not finish its initialisation call within "
+                f"option.model_loading_timeout={self.load_timeout_s:g} s; raise it in "
+                f"serving.properties")
 
     def _import(self) -> ModuleType:
         code_dir = str(self.script.parent)
@@ -245,32 +235,9 @@ class DjlHandlerApp(AsgiApp):
                                  path=str(self.script)) from e
         return module
 
-    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _ready(self, seconds: float) -> None:
-        if self.state is not ModelState.LOADING:  # timed out meanwhile
-            return
-        self.state = ModelState.READY
+    def became_ready(self, loaded: Callable[[Any], Any], seconds: float) -> None:
         log.info("model ready in %.2f s: %s, handle(inputs) one request at a time", seconds,
                  self.named)
-
-    def _failed(self, error: BaseException) -> None:
-        self.state = ModelState.FAILED
-        self.load_error = error
-        if self._on_load_error is not None:
-            self._on_load_error(error)
-
-    def _load_timed_out(self) -> None:
-        if self.state is ModelState.LOADING:
-            seconds = self.llm.model_loading_timeout
-            self._failed(ModelLoadError(
-                f"{self.named} did not finish its initialisation call within "
-                f"option.model_loading_timeout={seconds:g} s; raise it in serving.properties",
-                key="option.model_loading_timeout"))
-            log.error("%s", self.load_error)
 
     # --- requests -------------------------------------------------------------------------
 
@@ -280,7 +247,7 @@ class DjlHandlerApp(AsgiApp):
             if self.state is ModelState.READY:
                 await _respond(send, 200, b'{"status":"healthy"}', b"application/json")
             else:
-                await _error(send, self._not_ready())
+                await _error(send, self.not_ready())
         elif path == "/metrics" and method == "GET":
             await _respond(send, 200, self.metrics.render(), self.metrics.content_type.encode())
         elif path == "/invocations" and method == "POST":
@@ -292,18 +259,10 @@ class DjlHandlerApp(AsgiApp):
                                             f"answers GET /ping, POST /invocations and GET "
                                             f"/metrics"))
 
-    def _not_ready(self) -> RequestError:
-        if self.state is ModelState.FAILED:
-            return RequestError(503, "model failed to load", str(self.load_error))
-        return RequestError(503, "model loading", "the model is still loading; retry shortly",
-                            headers=((b"retry-after", b"1"),))
-
     async def _invoke(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        status = 500
-        try:
+        async def run() -> int:
             if self.state is not ModelState.READY or self._djl is None:
-                raise self._not_ready()
+                raise self.not_ready()
             if self._pending >= self.server.max_queue:
                 raise RequestError(503, "overloaded", f"{self._pending} requests already wait "
                                    f"for the handler (max_queue {self.server.max_queue})",
@@ -314,19 +273,13 @@ class DjlHandlerApp(AsgiApp):
             for name, value in scope["headers"]:
                 inputs.properties[name.decode("latin-1")] = value.decode("latin-1")
             inputs.content.add(key="data", value=bytearray(body))
+            # an Output we cannot write is a 500 (answer), and the server keeps serving
             status, headers, payload = await self._call(inputs)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
-        except RequestError as e:
-            status = e.status
-            await _error(send, e)
-        except ClientDisconnected:
-            status = 499
-        except Exception as e:  # a bug of ours, or an Output we cannot write: 500, keep serving
-            log.exception("%s: invocation failed", self.named)
-            await _error(send, RequestError(500, "internal error", f"{type(e).__name__}: {e}"))
-        finally:
-            self.metrics.request(status, time.perf_counter() - started)
+            return status
+
+        await answer(send, run, self.metrics.request, what=f"{self.named}: invocation")
 
     async def _call(self, inputs: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         self._pending += 1

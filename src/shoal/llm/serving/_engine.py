@@ -2,10 +2,13 @@
 batching on one thread.
 
 The live batch is one left-padded KV cache with its attention mask. Each iteration admits
-waiting requests (prefilled in groups of similar length, each group's first tokens handed on
-at once; then their caches are left-padded to the batch's length and concatenated), runs one decode step for every live sequence, and drops the sequences that
-finished or whose client went away (rows removed, then leading columns no row uses trimmed),
-so memory follows the live batch. Position ids are each row's own count of real tokens, and
+waiting requests (prefilled together in one forward call, up to ``_PREFILL_TOKENS`` padded
+tokens, their first tokens handed on at once; then their caches are left-padded to the
+batch's length and concatenated), prefills those that arrived meanwhile too (prefill goes
+before decode, so a burst's late arrivals do not wait for a decode step), runs one decode
+step for every live sequence, and drops the sequences that finished or whose client went
+away (rows removed, then leading columns no row uses trimmed), so memory follows the live
+batch. Position ids are each row's own count of real tokens, and
 padding is masked out, so a sequence decodes as it would alone: greedy output equals its solo
 ``generate()``.
 
@@ -22,11 +25,10 @@ The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and tex
 
 from __future__ import annotations
 
-import collections
+import abc
 import itertools
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,8 +38,10 @@ from typing import Any
 from shoal.errors import OverloadedError
 from shoal.llm.serving._params import GenerationParams
 from shoal.llm.serving._sampling import choose
+from shoal.serving.loop import ServingLoop
 
-__all__ = ["EngineObserver", "FinishReason", "Generation", "TokenEvent", "TransformersEngine"]
+__all__ = ["EngineLoop", "EngineObserver", "FinishReason", "Generation", "TokenEvent",
+           "TransformersEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,7 @@ _ids = itertools.count(1)
 #: Mask columns allocated ahead of the live batch (a decode step fills one).
 _MASK_HEADROOM = 64
 #: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
-_PREFILL_TOKENS = 96
+_PREFILL_TOKENS = 2048
 
 
 class Generation:
@@ -126,7 +130,81 @@ class Generation:
         self.cancelled = True
 
 
-class TransformersEngine:
+class EngineLoop(ServingLoop[Generation]):
+    """What the LLM engines share: ``submit`` (thread-safe, returns at once; raises
+    ``OverloadedError`` when ``max_queue`` requests already wait), the loop's iteration
+    around ``_take`` (under the lock) and ``_work`` (outside it), and ``on_step`` (when
+    given) called on the loop's thread after each iteration's events, so a consumer can hand
+    a step's events on at once."""
+
+    def __init__(self, *, max_queue: int, observer: EngineObserver | None,
+                 on_step: Callable[[], None] | None) -> None:
+        super().__init__()
+        self.max_queue = max_queue
+        self.observer = observer or EngineObserver()
+        self.on_step = on_step
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
+               on_event: Callable[[TokenEvent], None]) -> Generation:
+        generation = Generation(prompt_ids, params, on_event)
+        self._accepted(generation)
+        with self._cond:
+            waiting = self.queue_depth
+            if waiting >= self.max_queue:
+                raise OverloadedError(f"{waiting} requests already wait for a batch slot "
+                                      f"(job_queue_size={self.max_queue}); retry shortly",
+                                      queue=waiting)
+            self._enqueue(generation)
+        return generation
+
+    def _accepted(self, generation: Generation) -> None:
+        """A new generation, before it is queued (on the caller's thread)."""
+
+    def _iteration(self) -> bool:
+        """Take waiting requests, run a step (``_work``), hand the events on; False once
+        stopped."""
+        with self._cond:
+            if not self._wait_for_work():
+                self._fail_all("the server is shutting down")
+                self._step_done()
+                return False
+            new = self._take()
+        self._work(new)
+        self._step_done()
+        return True
+
+    def _emit(self, g: Generation, event: TokenEvent) -> None:
+        try:
+            g.on_event(event)
+        except Exception:  # a callback's failure must not stop the batch
+            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
+            g.cancel()
+
+    def _step_done(self) -> None:
+        if self.on_step is not None:
+            try:
+                self.on_step()
+            except Exception:  # the consumer's failure must not stop the engine
+                log.exception("handing a step's events on failed")
+
+    @abc.abstractmethod
+    def _take(self) -> list[Generation]:
+        """The waiting requests this iteration admits (the lock held)."""
+
+    @abc.abstractmethod
+    def _work(self, new: list[Generation]) -> None:
+        """Admit *new* and run one step of the batch (outside the lock)."""
+
+    @abc.abstractmethod
+    def _fail_all(self, why: str) -> None:
+        """End every generation with the error *why* (the lock held)."""
+
+
+class TransformersEngine(EngineLoop):
     """Continuous batching over a loaded ``model`` and ``tokenizer``.
 
     ``submit`` is thread-safe and returns at once; events arrive through the generation's
@@ -136,16 +214,16 @@ class TransformersEngine:
     wait.
     """
 
+    thread_name = "shoal-llm-engine"
+
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int, max_queue: int,
                  max_model_len: int, observer: EngineObserver | None = None,
                  on_step: Callable[[], None] | None = None) -> None:
+        super().__init__(max_queue=max_queue, observer=observer, on_step=on_step)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
-        self.max_queue = max_queue
         self.max_model_len = max_model_len
-        self.observer = observer or EngineObserver()
-        self.on_step = on_step
         self.eos_ids = _eos_ids(model, tokenizer)
         self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | self.eos_ids
         pad = tokenizer.pad_token_id
@@ -157,8 +235,6 @@ class TransformersEngine:
                               or getattr(model.config, "vocab_size", 0) or len(tokenizer))
         self.decode_text = _text_decoder(tokenizer)
         self.mask_4d = _takes_4d_mask(model)
-        self._cond = threading.Condition()
-        self._pending: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
         self._cache: Any = None
         # the live batch's attention mask: the first ``_width`` columns of ``_buffer`` (bool;
@@ -167,15 +243,8 @@ class TransformersEngine:
         self._width = 0
         self._lengths: Any = None
         self._padded = False
-        self._paused = False
-        self._stopping = False
-        self._thread: threading.Thread | None = None
 
     # --- the request side --------------------------------------------------------------------
-
-    @property
-    def queue_depth(self) -> int:
-        return len(self._pending)
 
     @property
     def live(self) -> int:
@@ -186,90 +255,54 @@ class TransformersEngine:
         """The live batch's attention mask (rows x columns, bool)."""
         return None if self._buffer is None else self._buffer[:, :self._width]
 
-    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
-               on_event: Callable[[TokenEvent], None]) -> Generation:
-        generation = Generation(prompt_ids, params, on_event)
-        with self._cond:
-            if len(self._pending) >= self.max_queue:
-                raise OverloadedError(f"{len(self._pending)} requests already wait for a batch "
-                                      f"slot (job_queue_size={self.max_queue}); retry shortly",
-                                      queue=len(self._pending))
-            self._pending.append(generation)
-            self._cond.notify()
-        return generation
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="shoal-llm-engine", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def pause(self) -> None:
-        """Hold the loop after its current step (tests use it to queue requests up)."""
-        with self._cond:
-            self._paused = True
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = False
-            self._cond.notify()
-
     # --- the loop ------------------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
         import torch
 
         with torch.inference_mode():
-            while self._iteration():
-                pass
+            super()._run()
 
-    def _iteration(self) -> bool:
-        """Admit, decode one step, hand the events on; False once stopped."""
-        with self._cond:
-            while not self._stopping and (self._paused or not (self._pending or self._active)):
-                self._cond.wait()
-            if self._stopping:
-                self._fail_all("the server is shutting down")
-                self._step_done()
-                return False
-            room = self.max_batch - len(self._active)
-            new: list[Generation] = []
-            while self._pending and len(new) < room:
-                g = self._pending.popleft()
-                if not g.cancelled:
-                    new.append(g)
+    def _has_work(self) -> bool:
+        return bool(self._active)
+
+    def _work(self, new: list[Generation]) -> None:
+        """Retire the cancelled rows, prefill *new* (and what arrives meanwhile), decode."""
+        admitted: list[Generation] = []
         try:
             if any(g.cancelled for g in self._active):
                 for g in self._active:
                     if g.cancelled:
                         self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._retire([g.cancelled for g in self._active])
-            for group in _prefill_groups(new):
-                self._prefill(group)
-                self._step_done()  # first tokens go out now, not after the decode step too
+            # Prefill before decode: requests that arrived while a prefill ran are prefilled
+            # too before the next decode step (each round takes batch slots, so it ends).
+            while new:
+                admitted.extend(new)
+                for group in _prefill_groups(new):
+                    self._prefill(group)
+                    self._step_done()  # first tokens go out now, not after the decode step
+                with self._cond:
+                    new = [] if self._stopping or self._paused else self._take()
             if self._active:
                 self._decode()
         except Exception as e:  # a bug or an OOM: fail the batch, keep serving
             log.exception("generation step failed; failing the %d live requests",
-                          len(self._active) + len(new))
-            for g in {*self._active, *new}:
+                          len(self._active) + len(admitted))
+            for g in {*self._active, *(g for g in admitted if g.finish is None)}:
                 self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
                 self._emit(g, TokenEvent(-1, "", 0.0, False, error=f"{type(e).__name__}: {e}"))
             self._active, self._cache, self._buffer, self._lengths = [], None, None, None
-        self._step_done()
-        return True
 
-    def _step_done(self) -> None:
-        if self.on_step is not None:
-            try:
-                self.on_step()
-            except Exception:  # the consumer's failure must not stop the engine
-                log.exception("handing a step's events on failed")
+    def _take(self) -> list[Generation]:
+        """The waiting requests that fit the batch, oldest first (the lock held)."""
+        room = self.max_batch - len(self._active)
+        new: list[Generation] = []
+        while self._pending and len(new) < room:
+            g = self._pending.popleft()
+            if not g.cancelled:
+                new.append(g)
+        return new
 
     def _prefill(self, new: list[Generation]) -> None:
         import torch
@@ -376,13 +409,6 @@ class TransformersEngine:
                                  text if finish is not None else None, top=top))
         return finish is not None
 
-    def _emit(self, g: Generation, event: TokenEvent) -> None:
-        try:
-            g.on_event(event)
-        except Exception:  # a callback's failure must not stop the batch
-            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
-            g.cancel()
-
     def _fail_all(self, why: str) -> None:
         for g in [*self._active, *self._pending]:
             self.observer.finished(time.perf_counter() - g.submitted_at, "abort")
@@ -444,9 +470,10 @@ class TransformersEngine:
 
 def _prefill_groups(new: list[Generation]) -> list[list[Generation]]:
     """*new* by prompt length, cut into groups of at most ``_PREFILL_TOKENS`` padded tokens
-    (one prompt at least): less padding, and the first tokens of a burst go out group by
-    group instead of after one long prefill of all (the prefill's cost grows with its tokens;
-    each group costs one more forward call, small beside it)."""
+    (one prompt at least). A burst of ordinary prompts is one group: one forward call, whose
+    cost on a small model is mostly per call, gives all their first tokens at once (groups of
+    96 tokens, tried before, made the later groups of a burst of 16 wait for the earlier
+    ones); only long prompts are split off, shortest first, to bound the padding."""
     groups: list[list[Generation]] = []
     group: list[Generation] = []
     for g in sorted(new, key=lambda g: len(g.prompt_ids)):

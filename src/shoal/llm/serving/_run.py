@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
-from pathlib import Path
-from types import FrameType
+from collections.abc import Callable
 from typing import Any
 
 from shoal._internal.extras import LLM_SERVER_MODULES, require
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._properties import find_properties, load_serving_options
 from shoal.serving._options import ServerOptions
+from shoal.serving.runner import Stop, StopSignals, bind, run_app, url_host, write_port_file
 
 __all__ = ["serve"]
 
@@ -27,10 +25,6 @@ log = logging.getLogger(__name__)
 
 #: GIL switch interval of the server process (Python's default: 5 ms)
 _SWITCH_INTERVAL_S = 0.0005
-
-
-class _Stop(BaseException):
-    """SIGTERM/SIGINT, raised once uvicorn has shut down gracefully."""
 
 
 def serve(model: str | os.PathLike[str], *, options: ServerOptions,
@@ -43,7 +37,6 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     or one without a handler, ``ServingError`` when the port is taken.
     """
     from shoal.config import djl_environ
-    from shoal.serving._run import bind
 
     properties = find_properties(model)
     if properties is None:
@@ -63,60 +56,33 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     sock = bind(options.host, options.port)
     port = sock.getsockname()[1]
     if port_file is not None:
-        target = Path(port_file)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(f"{port}\n")
-        os.replace(tmp, target)
-    host = f"[{options.host}]" if ":" in options.host else options.host
-    sys.stdout.write(f"shoal LLM server listening on http://{host}:{port} (serving.properties "
-                     f"{properties})\n")
+        write_port_file(port_file, port)
+    sys.stdout.write(f"shoal LLM server listening on http://{url_host(options.host)}:{port} "
+                     f"(serving.properties {properties})\n")
     for note in llm.notes:  # which engine serves it; keys kept with no effect; unknown keys
         sys.stdout.write(f"  {note}\n")
     sys.stdout.flush()
-    saved: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            saved[sig] = signal.signal(sig, _raise_stop)
-    try:
-        return _run(sock, llm, options)
-    except _Stop:
-        return 0
-    finally:
-        sock.close()
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    with StopSignals():
+        try:
+            return _run(sock, llm, options)
+        except Stop:
+            return 0
+        finally:
+            sock.close()
 
 
 def _run(sock: Any, llm: Any, options: ServerOptions) -> int:
-    import uvicorn
+    def make_app(failed: Callable[[BaseException], None]) -> Any:
+        if llm.entry_point:
+            from shoal.llm.serving._custom import entry_point_app
 
-    from shoal.serving._run import uvicorn_config
-
-    status = 0
-    server: uvicorn.Server | None = None
-
-    def failed(error: BaseException) -> None:
-        nonlocal status
-        status = 1
-        if server is not None:
-            server.should_exit = True
-
-    if llm.entry_point:
-        from shoal.llm.serving._custom import entry_point_app
-
-        app: Any = entry_point_app(llm, options, failed)
-    else:
+            return entry_point_app(llm, options, failed)
         from shoal.llm.serving._app import LlmServerApp
 
-        app = LlmServerApp(llm, options, on_load_error=failed)
+        return LlmServerApp(llm, options, on_load_error=failed)
+
     # The engine's thread and the event loop share the GIL; with Python's default 5 ms switch
     # interval a request arriving while the engine computes waits up to 5 ms per hand-over
     # (the time to first token of a burst of requests is several of them).
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
-    server = uvicorn.Server(uvicorn_config(app, options))
-    server.run(sockets=[sock])
-    return status
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signum)
+    return run_app(make_app, sock, options)

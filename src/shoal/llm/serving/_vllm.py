@@ -14,16 +14,19 @@ the parameter mapping and the translation are unit-tested against a stand-in.
 
 from __future__ import annotations
 
-import collections
 import logging
 import random
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from shoal.errors import OverloadedError
-from shoal.llm.serving._engine import EngineObserver, FinishReason, Generation, TokenEvent
+from shoal.llm.serving._engine import (
+    EngineLoop,
+    EngineObserver,
+    FinishReason,
+    Generation,
+    TokenEvent,
+)
 from shoal.llm.serving._params import GenerationParams
 from shoal.llm.serving._properties import LlmServingOptions, Quantize
 
@@ -83,25 +86,20 @@ def _finish(output: Any) -> FinishReason | None:
         else FinishReason.EOS
 
 
-class VllmEngine:
+class VllmEngine(EngineLoop):
     """vLLM's ``LLMEngine`` (*llm*) with the transformers engine's interface."""
+
+    thread_name = "shoal-llm-vllm"
 
     def __init__(self, llm: Any, sampling_params: Callable[..., Any], *, max_queue: int,
                  special_ids: set[int], observer: EngineObserver | None = None,
                  on_step: Callable[[], None] | None = None) -> None:
+        super().__init__(max_queue=max_queue, observer=observer, on_step=on_step)
         self.llm = llm
         self.sampling_params = sampling_params
-        self.max_queue = max_queue
         self.special_ids = special_ids
-        self.observer = observer or EngineObserver()
-        self.on_step = on_step
-        self._cond = threading.Condition()
-        self._pending: collections.deque[Generation] = collections.deque()
         self._running: dict[str, Generation] = {}
         self._emitted: dict[str, int] = {}  # tokens already sent, per request
-        self._paused = False
-        self._stopping = False
-        self._thread: threading.Thread | None = None
 
     @property
     def queue_depth(self) -> int:
@@ -113,58 +111,22 @@ class VllmEngine:
     def live(self) -> int:
         return sum(1 for g in list(self._running.values()) if g.first_token_at is not None)
 
-    def submit(self, prompt_ids: Sequence[int], params: GenerationParams,
-               on_event: Callable[[TokenEvent], None]) -> Generation:
-        generation = Generation(prompt_ids, params, on_event)
-        if params.do_sample and generation.seed is None:
+    def _accepted(self, generation: Generation) -> None:
+        if generation.params.do_sample and generation.seed is None:
             generation.seed = random.randrange(2**63)
-        with self._cond:
-            waiting = self.queue_depth
-            if waiting >= self.max_queue:
-                raise OverloadedError(f"{waiting} requests already wait for a batch slot "
-                                      f"(job_queue_size={self.max_queue}); retry shortly",
-                                      queue=waiting)
-            self._pending.append(generation)
-            self._cond.notify()
-        return generation
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="shoal-llm-vllm", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def pause(self) -> None:
-        with self._cond:
-            self._paused = True
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = False
-            self._cond.notify()
 
     # --- the loop (the engine's thread) ----------------------------------------------------
 
-    def _loop(self) -> None:
-        while self._iteration():
-            pass
+    def _has_work(self) -> bool:
+        return bool(self._running)
 
-    def _iteration(self) -> bool:
-        with self._cond:
-            while not self._stopping and (self._paused
-                                          or not (self._pending or self._running)):
-                self._cond.wait()
-            if self._stopping:
-                self._fail_all("the server is shutting down")
-                self._step_done()
-                return False
-            new = list(self._pending)
-            self._pending.clear()
+    def _take(self) -> list[Generation]:
+        new = list(self._pending)
+        self._pending.clear()
+        return new
+
+    def _work(self, new: list[Generation]) -> None:
+        """Hand *new* to vLLM, abort the cancelled, run one vLLM step."""
         try:
             for g in new:
                 if g.cancelled:
@@ -188,8 +150,6 @@ class VllmEngine:
             log.exception("the vLLM step failed; failing the %d live requests",
                           len(self._running))
             self._fail_running(f"{type(e).__name__}: {e}")
-        self._step_done()
-        return True
 
     def _translate(self, result: Any) -> int:
         """Events for one ``RequestOutput`` (cumulative: all tokens and text so far)."""
@@ -247,20 +207,6 @@ class VllmEngine:
     def _forget(self, request_id: str) -> None:
         self._running.pop(request_id, None)
         self._emitted.pop(request_id, None)
-
-    def _emit(self, g: Generation, event: TokenEvent) -> None:
-        try:
-            g.on_event(event)
-        except Exception:
-            log.exception("delivering a token of generation %s failed; cancelling it", g.id)
-            g.cancel()
-
-    def _step_done(self) -> None:
-        if self.on_step is not None:
-            try:
-                self.on_step()
-            except Exception:
-                log.exception("handing a step's events on failed")
 
     def _fail_running(self, why: str) -> None:
         running = list(self._running)
