@@ -16,7 +16,7 @@ import pytest
 import shoal
 from helpers import wait_until
 from shoal import remote
-from shoal.backends._workers import _pool_dirs
+from shoal.backends.workers import _pool_dirs
 
 CLI = [sys.executable, "-m", "shoal.cli"]
 HAS_SETPROCTITLE = importlib.util.find_spec("setproctitle") is not None

@@ -14,7 +14,7 @@ import pytest
 import shoal
 from helpers import wait_until
 from shoal import JobTimeoutError, RemoteExecutor, remote
-from shoal.backends._procfs import process_state
+from shoal.backends.procfs import process_state
 from shoal.core import JobQuery, JobStatus
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import shoal
 from helpers import wait_until
 from shoal import RemoteExecutor, remote
-from shoal.backends._procfs import process_state
+from shoal.backends.procfs import process_state
 from shoal.core import JobStatus
 
 

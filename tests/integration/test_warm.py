@@ -47,7 +47,7 @@ def test_the_worker_is_claimable_as_soon_as_its_first_job_is_seen_ending(session
     pid = _worker_pid(session, job.name)
     claims = list((session.home / "run" / "warm").glob(f"*/{pid}.claim"))
     if not claims:  # a long home puts pools under the private socket directory
-        from shoal.backends._rundir import private_socket_dir
+        from shoal.backends.rundir import private_socket_dir
 
         claims = list((private_socket_dir() / "warm").glob(f"*/{pid}.claim"))
     assert len(claims) == 1, "the worker's claim is not there when its job's end shows"
@@ -171,7 +171,7 @@ def test_sigterm_retires_an_idle_warm_worker(session):
 
 def _pool_of(session, pid):
     """The pool directory in which the warm worker *pid* listens."""
-    from shoal.backends._workers import _pool_dirs
+    from shoal.backends.workers import _pool_dirs
 
     [claim] = [c for d in _pool_dirs(session.home / "run") for c in d.glob(f"{pid}.claim")]
     return claim.parent

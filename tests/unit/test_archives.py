@@ -229,7 +229,7 @@ def test_a_full_disk_stops_the_extraction_naming_the_archive_and_leaves_nothing(
 
 def test_the_model_server_and_the_workdir_use_the_caps_of_the_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shoal.envs._workdir import unpack_workdir
+    from shoal.envs.workdir import unpack_workdir
     from shoal.errors import ModelLoadError
     from shoal.serving._artifact import resolve_model
 

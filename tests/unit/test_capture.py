@@ -17,8 +17,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import shoal
-from shoal.envs import _capture
-from shoal.envs._capture import CapturedRequirements, capture_requirements, require_no_editable
+from shoal.envs import capture as capture_module
+from shoal.envs.capture import CapturedRequirements, capture_requirements, require_no_editable
 from shoal.errors import RuntimeEnvError
 
 
@@ -186,7 +186,7 @@ def test_shoal_itself_is_never_listed() -> None:
     def f() -> object:
         import shoal.errors
 
-        return shoal.errors, shoal.remote, _capture
+        return shoal.errors, shoal.remote, capture_module
 
     captured = capture_requirements(f)
 
@@ -264,7 +264,8 @@ def test_a_missing_module_imported_in_the_body_is_ignored() -> None:
 @pytest.fixture
 def fresh_caches() -> Iterator[None]:
     """Installed distributions are cached per process; these tests install fake ones."""
-    caches = (_capture._packages, _capture._editable_roots, _capture._dist_info)
+    caches = (capture_module._packages, capture_module._editable_roots,
+              capture_module._dist_info)
     for cache in caches:
         cache.cache_clear()
     yield
@@ -377,7 +378,7 @@ def test_capture_once_warm_scans_no_installed_distribution_again(monkeypatch) ->
     """The slow part (reading every installed distribution's metadata) runs once per process:
     a warm capture gives the same answer with those scans made impossible. (How fast that is
     lives in bench/, not here: a timed assertion fails on a busy machine.)"""
-    import shoal.envs._capture as capture
+    import shoal.envs.capture as capture
 
     def f(n: int) -> object:
         return np.linalg.norm(np.arange(n))

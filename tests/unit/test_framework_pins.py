@@ -14,9 +14,9 @@ import shoal
 from shoal.envs import NotInstallable, lowest_installable, sagemaker_alias_dir
 from shoal.errors import InvalidArgumentError, RuntimeEnvError
 from shoal.sklearn import SKLearn
-from shoal.training._containers import CONTAINERS, container_for
 from shoal.training._framework_env import plan_framework_env, requirement_bounds
 from shoal.training._frameworks import PyTorch as _PyTorch
+from shoal.training.containers import CONTAINERS, container_for
 
 OURS = f"{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shoal.backends._rundir import private_socket_dir
+from shoal.backends.rundir import private_socket_dir
 from shoal.errors import BackendError
 
 

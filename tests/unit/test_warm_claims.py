@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from shoal.backends._rundir import private_socket_dir
 from shoal.backends._warm import claim_worker
+from shoal.backends.rundir import private_socket_dir
 
 PID = 4242
 NEWS = {"jobs": [["job-a", "completed", [3]]], "size": 3}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shoal.envs import _workdir
-from shoal.envs._workdir import ALWAYS_SKIPPED, PackedWorkdir, pack_workdir, unpack_workdir
+from shoal.envs import workdir as workdir_module
+from shoal.envs.workdir import ALWAYS_SKIPPED, PackedWorkdir, pack_workdir, unpack_workdir
 from shoal.errors import InvalidArgumentError
 from shoal.remote_function import CustomFileFilter
 
@@ -20,7 +20,7 @@ OLD_NS = 1_600_000_000 * 10**9  # 2020: old enough for the cache to trust mtimes
 
 @pytest.fixture(autouse=True)
 def _empty_cache() -> None:
-    _workdir._cache.clear()
+    workdir_module._cache.clear()
 
 
 def write(root: Path, rel: str, content: str | bytes = "x") -> Path:
@@ -172,7 +172,7 @@ def test_size_limit_names_largest_files_and_fails_before_zipping(
     def no_zip(_entries: object) -> None:
         raise AssertionError("compressed before checking the limit")
 
-    monkeypatch.setattr(_workdir, "_zip", no_zip)
+    monkeypatch.setattr(workdir_module, "_zip", no_zip)
     with pytest.raises(InvalidArgumentError) as info:
         pack_workdir(tmp_path, max_bytes=1000)
     msg = str(info.value)
@@ -226,7 +226,7 @@ def test_cache_is_bounded(tmp_path: Path) -> None:
     age(tmp_path)
     for i in range(10):
         pack_workdir(tmp_path / f"d{i}")
-    assert len(_workdir._cache) == 8
+    assert len(workdir_module._cache) == 8
 
 
 def test_unpack_round_trip_keeps_contents_and_exec_bit(tmp_path: Path) -> None:

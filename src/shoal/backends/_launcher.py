@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shoal.backends._procfs import start_ticks
+from shoal.backends.procfs import start_ticks
 
 __all__ = ["launcher_lock_path", "main", "resolve_entrypoint"]
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shoal.backends._raynode import node_env, start_supervisor
+from shoal.backends.ray_node import node_env, start_supervisor
 from shoal.core.ports import LOST_HOSTS
 
 __all__ = ["PLACEMENT_VAR", "RankHost", "main", "placement_group_by_id"]

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.backends._raynode import node_env, start_supervisor
 from shoal.backends._warm import claim_worker, pool_dir
+from shoal.backends.ray_node import node_env, start_supervisor
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.core.secrets import JOB_SECRETS_VAR
 from shoal.errors import LaunchError

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from shoal.backends._procfs import start_ticks
-from shoal.backends._rundir import private_socket_dir
+from shoal.backends.procfs import start_ticks
+from shoal.backends.rundir import private_socket_dir
 
 __all__ = ["OWNER_FILE", "WarmClaim", "WarmEndpoint", "WarmRequest", "claim_worker",
            "pool_dir"]

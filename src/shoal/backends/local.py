@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from shoal._internal.private import CLIENT_UMASK_VAR, client_umask
 from shoal.backends._launcher import launcher_lock_path
-from shoal.backends._procfs import process_state, start_ticks
-from shoal.backends._rundir import private_socket_dir
 from shoal.backends._warm import WarmEndpoint, _recv_line, _send_line, claim_worker, pool_dir
+from shoal.backends.procfs import process_state, start_ticks
+from shoal.backends.rundir import private_socket_dir
 from shoal.core.ports import ExecContext, LaunchInfo
 from shoal.errors import LaunchError
 

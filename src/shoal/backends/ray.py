@@ -32,7 +32,7 @@ from typing import Any
 
 from shoal._internal.extras import require
 from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
-from shoal.backends._raynode import node_env, start_supervisor
+from shoal.backends.ray_node import node_env, start_supervisor
 from shoal.core.ports import RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, ExecContext, LaunchInfo
 from shoal.errors import (
     BackendUnavailableError,

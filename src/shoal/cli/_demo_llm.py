@@ -36,8 +36,7 @@ def run_llm_demo(session: Any, number: int) -> None:
     started = time.monotonic()
     from shoal.core.experiments import run_owner
     from shoal.experiments import Run
-    from shoal.llm import FineTuner, create_tiny_model
-    from shoal.llm._data import CHAT_TEMPLATE
+    from shoal.llm import CHAT_TEMPLATE, FineTuner, create_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="shoal-demo-llm-") as tmp, \
             as_file(files("shoal.llm").joinpath("data/shoal_instructions.jsonl")) as data:

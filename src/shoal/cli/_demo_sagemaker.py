@@ -74,7 +74,7 @@ def _reports() -> Iterator[list[str]]:
 
 def container_tag(version: str) -> str | None:
     """SageMaker's scikit-learn container tag for an installed release, if it has one."""
-    from shoal.training._containers import container_for
+    from shoal.training.containers import container_for
 
     major_minor = ".".join(version.split("+")[0].split(".")[:2])
     container = container_for("sklearn", major_minor)

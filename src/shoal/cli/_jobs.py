@@ -142,7 +142,7 @@ def describe(
 def _disk_usage(name: str) -> dict[str, int]:
     """What the job keeps: its stored artifacts, its small payloads in the database, and its
     work directory on this machine."""
-    from shoal.jobs._workfiles import job_disk_usage
+    from shoal.jobs.workfiles import job_disk_usage
 
     session = state.session()
     return job_disk_usage(session.jobs.artifacts, session.home / "work", name,

@@ -19,7 +19,7 @@ import typer
 from rich.text import Text
 
 from shoal.cli._context import out, state
-from shoal.llm._options import FineTuneOptions
+from shoal.llm import FineTuneOptions
 
 __all__ = ["app"]
 

@@ -1,5 +1,5 @@
 """``shoal ray up|down``: a Ray cluster on this machine (or a node joining one) for the ray
-backend, bound to 127.0.0.1 and protected by a token (``shoal.backends._ray_cluster``)."""
+backend, bound to 127.0.0.1 and protected by a token (``shoal.backends.ray_cluster``)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def up(
         = 10001,
 ) -> None:
     """Start a Ray head on 127.0.0.1 (or a node joining one) with token authentication."""
-    from shoal.backends._ray_cluster import cluster_dir, start_node
+    from shoal.backends.ray_cluster import cluster_dir, start_node
 
     home = _home()
     parsed = json.loads(resources) if resources else None
@@ -67,7 +67,7 @@ def down(
         help="Kill the processes at once (SIGKILL) instead of asking them to stop.")] = False,
 ) -> None:
     """Stop the Ray nodes started by 'shoal ray up' from this home."""
-    from shoal.backends._ray_cluster import stop_nodes
+    from shoal.backends.ray_cluster import stop_nodes
 
     count = stop_nodes(_home(), tag=node, force=force)
     out().print(f"stopped {count} Ray node(s)" if count else "no Ray node was running")

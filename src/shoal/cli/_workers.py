@@ -17,7 +17,7 @@ app = typer.Typer(help="Background processes: launchers, warm workers, endpoint 
 
 
 def _workers() -> list[Any]:
-    from shoal.backends._workers import find_workers
+    from shoal.backends.workers import find_workers
 
     session = state.session()
     run_dir = session.home / "run"
@@ -69,7 +69,7 @@ def stop(
 ) -> None:
     """Stop background processes: SIGTERM, then SIGKILL after the grace period; their
     sockets are removed. A warm worker busy with a job stops that job too."""
-    from shoal.backends._workers import stop_worker
+    from shoal.backends.workers import stop_worker
     from shoal.errors import InvalidArgumentError, NotFoundError
 
     if bool(pids) == all_:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.llm._sagemaker_models import DJLModel, DJLPredictor
+from shoal.llm import DJLModel, DJLPredictor
 
 __all__ = ["DJLModel", "DJLPredictor"]

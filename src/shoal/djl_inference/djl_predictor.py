@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.llm._sagemaker_models import DJLPredictor
+from shoal.llm import DJLPredictor
 
 __all__ = ["DJLPredictor"]

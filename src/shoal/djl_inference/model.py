@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.llm._sagemaker_models import DJLModel
+from shoal.llm import DJLModel
 
 __all__ = ["DJLModel"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shoal.backends._raynode import node_home
+from shoal.backends.ray_node import node_home
 from shoal.config import child_environ
 from shoal.endpoints._staging import (
     code_requirements,

@@ -195,6 +195,6 @@ def _requirement_names(texts: Sequence[str]) -> set[str]:
 def serving_pythonpath(root: Path) -> Path:
     """A directory holding shoal's package, for an isolated environment's PYTHONPATH
     (``shoal.envs.ensure_package_path``)."""
-    from shoal.envs._runtime import ensure_package_path
+    from shoal.envs import ensure_package_path
 
     return ensure_package_path(root)

@@ -10,9 +10,8 @@ import atexit
 import contextlib
 import contextvars
 import logging
-import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shoal.experiments.run import Run
@@ -59,8 +58,9 @@ def track() -> None:
     when a run starts."""
     global _ATEXIT
     from shoal.config import job_name
+    from shoal.jobs.hooks import job_end_hooks
 
-    hooks = _job_end_hooks() if job_name() else None
+    hooks = job_end_hooks() if job_name() else None
     if hooks is not None:
         # Not atexit as well: a warm worker runs many jobs and would pile up handlers.
         if flush_open_runs not in hooks:
@@ -70,15 +70,6 @@ def track() -> None:
         if not _ATEXIT:
             atexit.register(flush_open_runs)
             _ATEXIT = True
-
-
-def _job_end_hooks() -> list[Any] | None:
-    # A job started as 'python -m shoal.jobs._entrypoint' runs it as __main__.
-    for name in ("__main__", "shoal.jobs._entrypoint"):
-        hooks = getattr(sys.modules.get(name), "JOB_END_HOOKS", None)
-        if isinstance(hooks, list):
-            return hooks
-    return None
 
 
 def hold(run: Run) -> None:

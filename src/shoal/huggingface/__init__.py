@@ -5,8 +5,7 @@ HuggingFacePredictor, and get_huggingface_llm_image_uri (shoal.huggingface.llm_u
 from __future__ import annotations
 
 from shoal.huggingface.llm_utils import get_huggingface_llm_image_uri
-from shoal.llm._huggingface import HuggingFace
-from shoal.llm._sagemaker_models import HuggingFaceModel, HuggingFacePredictor
+from shoal.llm import HuggingFace, HuggingFaceModel, HuggingFacePredictor
 
 __all__ = ["HuggingFace", "HuggingFaceModel", "HuggingFacePredictor",
            "get_huggingface_llm_image_uri"]

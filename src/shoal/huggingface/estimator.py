@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.llm._huggingface import HuggingFace
+from shoal.llm import HuggingFace
 
 __all__ = ["HuggingFace"]

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.llm._sagemaker_models import HuggingFaceModel, HuggingFacePredictor
+from shoal.llm import HuggingFaceModel, HuggingFacePredictor
 
 __all__ = ["HuggingFaceModel", "HuggingFacePredictor"]

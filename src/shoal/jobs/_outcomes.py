@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.core.jobs import FailureKind, JobRecord, JobSpec, JobStatus
 from shoal.errors import ShoalError
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
-from shoal.jobs._workfiles import collect
+from shoal.jobs.workfiles import collect
 from shoal.serialization import Payload
 
 if TYPE_CHECKING:

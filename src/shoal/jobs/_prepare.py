@@ -139,8 +139,7 @@ class Preparer:
     def _framework_job_path(self, env: Path, sink: LogSink) -> tuple[str, ...]:
         """What a framework job's environment adds, as SageMaker's containers have it: shoal's
         whole package on the path, and ``sagemaker`` importing it (``envs._sagemaker_alias``)."""
-        from shoal.envs import write_sagemaker_alias_pth
-        from shoal.envs._runtime import ensure_package_path
+        from shoal.envs import ensure_package_path, write_sagemaker_alias_pth
 
         for site in sorted(env.glob("lib/python*/site-packages")):
             if not write_sagemaker_alias_pth(site):
@@ -166,7 +165,7 @@ class Preparer:
 
     def _unpack_workdir(self, record: JobRecord, sha: str, workdir: Path, plan: JobPython,
                         sink: LogSink) -> JobPython:
-        from shoal.envs._workdir import unpack_workdir
+        from shoal.envs.workdir import unpack_workdir
 
         try:
             data = self._artifacts.get_bytes(job_key(record.name, "workdir", f"{sha}.zip"))

@@ -224,7 +224,7 @@ def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
     digest = hashlib.sha256(f"{python}|{'|'.join(pythonpath)}".encode()).hexdigest()[:16]
     path = str(run_dir / f"z-{digest}.sock")
     if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
-        from shoal.backends._rundir import private_socket_dir
+        from shoal.backends.rundir import private_socket_dir
 
         base = private_socket_dir()
         path = str(base / f"z-{hashlib.sha256(path.encode()).hexdigest()[:16]}.sock")

@@ -26,7 +26,7 @@ import socket
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,15 +50,13 @@ from shoal.core.ports import (
 from shoal.errors import ShoalError
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import ExecProcess, JobProcess
+from shoal.jobs.checkpoints import CHECKPOINT_SYNC_SECONDS, Checkpoints
 from shoal.jobs.logsink import LogSink
 from shoal.storage.artifacts import FsspecArtifactStore, job_key
 
 __all__ = ["CHECKPOINT_SYNC_SECONDS", "CheckpointTap", "TrainingAttempt", "hyperparameter_args",
            "ranks_of"]
 
-#: How often a running job's checkpoint directory is synced to its URI, by default (the
-#: ``checkpoint_sync_seconds`` setting, ``SHOAL_CHECKPOINT_SYNC_SECONDS``).
-CHECKPOINT_SYNC_SECONDS = 5.0
 _METRIC_FLUSH_S = 1.0
 _OPT_ML = "/opt/ml"
 #: A placed job's supervisor variables, which its ranks have no use for.
@@ -138,86 +136,6 @@ class _MetricTap:
         self.last_flush = time.monotonic()
 
 
-class _Checkpoints:
-    """A local directory kept in step with a URI: restored first, then uploaded as it changes."""
-
-    def __init__(self, local: Path, uri: str,
-                 interval: float = CHECKPOINT_SYNC_SECONDS) -> None:
-        self.local = local
-        self.uri = uri
-        self.interval = interval
-        self._store: FsspecArtifactStore | None = None
-        self._seen: dict[str, tuple[int, int]] = {}
-        self.last_sync = time.monotonic()
-
-    def due(self) -> float:
-        """When the next sync is due (``time.monotonic()``)."""
-        return self.last_sync + self.interval
-
-    @property
-    def store(self) -> FsspecArtifactStore:
-        if self._store is None:
-            self._store = FsspecArtifactStore.open(self.uri)
-        return self._store
-
-    def restore(self) -> int:
-        self.local.mkdir(parents=True, exist_ok=True)
-        keys = [k for k in self.store.list_all() if k] if self._exists() else []
-        for key in keys:
-            target = self.local / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.store.get_file(key, target)
-            st = target.stat()
-            self._seen[key] = (st.st_size, st.st_mtime_ns)
-        return len(keys)
-
-    def _exists(self) -> bool:
-        try:
-            return bool(self.store.list_all())
-        except ShoalError:
-            return False
-
-    def sync(self) -> int:
-        self.last_sync = time.monotonic()
-        if not self.local.is_dir():
-            return 0
-        sent = 0
-        for path in sorted(self.local.rglob("*")):
-            if not path.is_file() or path.name.startswith(".") and ".tmp" in path.name:
-                continue
-            rel = path.relative_to(self.local).as_posix()
-            try:
-                st = path.stat()
-            except FileNotFoundError:  # the script replaced it meanwhile: next round
-                continue
-            mark = (st.st_size, st.st_mtime_ns)
-            if self._seen.get(rel) == mark:
-                continue
-            self.store.put_file(rel, path)
-            self._seen[rel] = mark
-            sent += 1
-        return sent
-
-    def restore_for_job(self, log: Callable[[str], None]) -> None:
-        """Restore before the job starts; PrepareError (an environment failure) if the URI
-        cannot be read."""
-        try:
-            restored = self.restore()
-        except (ShoalError, OSError) as e:
-            raise PrepareError(FailureKind.ENVIRONMENT,
-                               f"cannot restore checkpoints from {self.uri}: {e}") from e
-        if restored:
-            log(f"restored {restored} checkpoint file(s) from {self.uri} into {self.local}")
-
-    def sync_for_job(self, log: Callable[[str], None]) -> None:
-        """Sync while the job runs or after it ended: a failure goes to the job's log and the
-        job carries on (the next sync tries again)."""
-        try:
-            self.sync()
-        except (ShoalError, OSError) as e:
-            log(f"could not sync checkpoints to {self.uri}: {e}")
-
-
 class CheckpointTap:
     """The checkpoints of a function job that took a ``CheckpointLocation``, kept by its
     supervisor as a script job's are: restored into ``checkpoints/`` of the attempt's directory
@@ -227,8 +145,8 @@ class CheckpointTap:
     def __init__(self, record: JobRecord, workdir: Path, sink: LogSink, *,
                  interval: float = CHECKPOINT_SYNC_SECONDS) -> None:
         self.sink = sink
-        self.checkpoints = _Checkpoints(workdir / "checkpoints",
-                                        str(record.spec.checkpoint_s3_uri), interval)
+        self.checkpoints = Checkpoints(workdir / "checkpoints",
+                                       str(record.spec.checkpoint_s3_uri), interval)
 
     def _log(self, msg: str) -> None:
         self.sink.write(f"[shoal] {msg}\n".encode())
@@ -274,7 +192,7 @@ class TrainingAttempt:
         defs = [(d["Name"], re.compile(d["Regex"].encode())) for d in
                 self.cfg.metric_definitions]
         self.metrics = _MetricTap(defs, tuple(owners), metadata)
-        self.checkpoints: _Checkpoints | None = None
+        self.checkpoints: Checkpoints | None = None
         self._sync_seconds = checkpoint_sync_seconds
         #: The supervisor's environment, for the launchers of a placed job's other hosts.
         self.supervisor_env: Mapping[str, str] | None = None
@@ -300,7 +218,7 @@ class TrainingAttempt:
         local = self.path(self.cfg.checkpoint_local_path or f"{_OPT_ML}/checkpoints")
         uri = (self.cfg.checkpoint_s3_uri or self.spec.checkpoint_s3_uri
                or self._artifacts.uri(job_key(self.record.name, "checkpoints")))
-        self.checkpoints = _Checkpoints(local, uri, self._sync_seconds)
+        self.checkpoints = Checkpoints(local, uri, self._sync_seconds)
         self.checkpoints.restore_for_job(self._log)
 
     def _log(self, msg: str) -> None:

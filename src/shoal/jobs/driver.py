@@ -42,11 +42,11 @@ from shoal.jobs._training import (
     TrainingAttempt,
     ranks_of,
 )
-from shoal.jobs._workfiles import drop_copies
 from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover, secret_values_seen, take_handover
 from shoal.jobs.logsink import LogSink, StdoutSink
 from shoal.jobs.service import JobService, log_key
 from shoal.jobs.slots import SlotPool
+from shoal.jobs.workfiles import drop_copies
 from shoal.serialization.keys import payload_key
 
 __all__ = ["Outcome", "Supervisor"]
@@ -576,7 +576,7 @@ class Supervisor:
         supervisor a cluster backend started, what that backend finds it by)."""
         import socket
 
-        from shoal.backends._procfs import start_ticks
+        from shoal.backends.procfs import start_ticks
 
         handle = {"backend": "local", "pid": os.getpid(), "host": socket.gethostname(),
                   "start_ticks": start_ticks(os.getpid())}

@@ -84,7 +84,7 @@ def _with_client(spec: JobSpec) -> JobSpec:
     import os
     import socket
 
-    from shoal.backends._procfs import start_ticks
+    from shoal.backends.procfs import start_ticks
 
     global _CLIENT
     pid = os.getpid()
@@ -98,7 +98,7 @@ def _client_gone(record: JobRecord) -> str | None:
     has exited), or None."""
     import socket
 
-    from shoal.backends._procfs import process_state, start_ticks
+    from shoal.backends.procfs import process_state, start_ticks
 
     client = record.spec.client
     if client is None or client.host != socket.gethostname():

@@ -12,7 +12,7 @@ from typing import Any
 
 from shoal.llm._sagemaker_models import HuggingFaceModel
 from shoal.training import HuggingFace as _TrainingHuggingFace
-from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
+from shoal.training.models import VPC_CONFIG_DEFAULT, vpc_config
 
 __all__ = ["HuggingFace"]
 

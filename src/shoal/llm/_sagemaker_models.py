@@ -68,10 +68,10 @@ def _model_id(value: str) -> str:
     local = Path(value).expanduser()
     if local.is_dir() or local.is_file():  # a model directory or its model.tar.gz
         return str(local.resolve())
-    from shoal.llm.serving._properties import _from_hub_cache, _looks_like_hub_id
+    from shoal.llm._hub import from_hub_cache, looks_like_hub_id
 
-    if _looks_like_hub_id(value):
-        found, where = _from_hub_cache(value)
+    if looks_like_hub_id(value):
+        found, where = from_hub_cache(value)
         if found is not None:
             return value
         raise InvalidArgumentError(

@@ -92,11 +92,11 @@ def _restore(uri: str) -> CheckpointLocation:
         location._local = Path(kept[0])
         location._local.mkdir(parents=True, exist_ok=True)
         return location
-    from shoal.jobs._training import _Checkpoints
+    from shoal.jobs.checkpoints import Checkpoints
 
     local = Path(tempfile.gettempdir()) / "shoal-checkpoints" / name
     shutil.rmtree(local, ignore_errors=True)
-    store = _Checkpoints(local, uri)
+    store = Checkpoints(local, uri)
     restored = store.restore()
     sys.stderr.write(f"shoal: checkpoints: {restored} file(s) from {uri} in {local}\n")
     location._local = local
@@ -106,9 +106,9 @@ def _restore(uri: str) -> CheckpointLocation:
         sys.stderr.write(f"shoal: checkpoints: uploaded {sent} file(s) from {local} to {uri}\n")
         shutil.rmtree(local, ignore_errors=True)
 
-    from shoal.experiments._context import _job_end_hooks
+    from shoal.jobs.hooks import job_end_hooks
 
-    hooks = _job_end_hooks()
+    hooks = job_end_hooks()
     if hooks is not None:
         hooks.append(upload)
     return location

@@ -192,13 +192,13 @@ class RemoteOptions:
         files: dict[str, bytes] = {}
         shipped = bool(self.resolve("include_local_workdir", session.defaults))
         if spec.dependencies == AUTO_CAPTURE:
-            from shoal.envs._capture import capture_requirements, require_no_editable
+            from shoal.envs.capture import capture_requirements, require_no_editable
 
             captured = capture_requirements(func, extra_objects=call_args)
             require_no_editable(captured, shipped_workdir=Path.cwd() if shipped else None)
             files["env/requirements.txt"] = ("\n".join(captured.requirements) + "\n").encode()
         if shipped:
-            from shoal.envs._workdir import pack_workdir
+            from shoal.envs.workdir import pack_workdir
 
             packed = pack_workdir(Path.cwd(), file_filter=self._file_filter(session.defaults),
                                   max_bytes=WORKDIR_MAX_BYTES)

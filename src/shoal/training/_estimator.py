@@ -27,7 +27,7 @@ from shoal.jobs._options import JobOptions, job_spec, new_job_name
 from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
 from shoal.training._inputs import check_input_mode, resolve_channels
 from shoal.training._job import TrainingJob
-from shoal.training._models import VPC_CONFIG_DEFAULT, vpc_config
+from shoal.training.models import VPC_CONFIG_DEFAULT, vpc_config
 
 __all__ = ["Estimator", "TrainingJob"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shoal.errors import InvalidArgumentError, RuntimeEnvError
-from shoal.training._containers import Container, container_for
+from shoal.training.containers import Container, container_for
 
 __all__ = ["FrameworkEnv", "check_py_version", "framework_requirements", "installed_matches",
            "installed_version", "pin_for", "plan_framework_env", "requirement_bounds"]

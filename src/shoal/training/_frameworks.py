@@ -21,7 +21,7 @@ from shoal.training._framework_env import (
     installed_version,
     requirement_bounds,
 )
-from shoal.training._models import FrameworkModelMaker
+from shoal.training.models import FrameworkModelMaker
 
 __all__ = ["Framework", "PyTorch", "SKLearn"]
 

@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shoal.errors import ModelLoadError
+from shoal.llm._hub import from_hub_cache, looks_like_hub_id
 from shoal.llm._serving import read_serving_properties
 from shoal.llm.serving._lmi import (
     ASYNC_HANDLERS,
@@ -412,8 +413,8 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
         resolved = resolve_model(local)
         return LocatedModel(resolved.path, resolved.temp_dir)
     looked = [f"the directory {local}"]
-    if _looks_like_hub_id(model_id):
-        found, where = _from_hub_cache(model_id)
+    if looks_like_hub_id(model_id):
+        found, where = from_hub_cache(model_id)
         if found is not None:
             return LocatedModel(found)
         looked.append(where)
@@ -421,19 +422,3 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
                          f"{' and '.join(looked)}; give a model directory, a URI (s3://...) or "
                          f"a hub id already in the local cache", model_id=model_id)
 
-
-def _looks_like_hub_id(model_id: str) -> bool:
-    parts = model_id.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not model_id.startswith((".", "~"))
-
-
-def _from_hub_cache(repo_id: str) -> tuple[Path | None, str]:
-    try:
-        from huggingface_hub import constants, snapshot_download
-    except ImportError:
-        return None, "the Hugging Face cache (huggingface_hub is not installed)"
-    where = f"the Hugging Face cache {constants.HF_HUB_CACHE} (offline)"
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True)), where
-    except Exception:  # any hub error means "not in the cache"
-        return None, where

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.backends._procfs import process_state, start_ticks
+from shoal.backends.procfs import process_state, start_ticks
 
 __all__ = ["Worker", "find_workers", "stop_worker"]
 
@@ -161,8 +161,8 @@ def _pool_dirs(run_dir: Path) -> list[Path]:
     AF_UNIX (in the private socket directory, marked with their run directory)."""
     dirs = sorted((run_dir / "warm").glob("*/"))
     with contextlib.suppress(Exception):
-        from shoal.backends._rundir import private_socket_dir
         from shoal.backends._warm import OWNER_FILE
+        from shoal.backends.rundir import private_socket_dir
 
         for d in sorted((private_socket_dir() / "warm").glob("*/")):
             with contextlib.suppress(OSError):
