@@ -32,6 +32,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e '.[all]' --group dev --group bench

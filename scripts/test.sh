@@ -15,6 +15,8 @@ DB_URL=$(bash scripts/postgres.sh start "$PGROOT")
 export SHOAL_TEST_POSTGRES_URL="$DB_URL" SHOAL_TEST_INSTALLS="$INSTALLS"
 $BIN/ruff check src tests bench
 $BIN/lint-imports
+# mypy --strict on src/shoal: pyproject.toml's [tool.mypy] says which files and how.
+$BIN/mypy
 # The wheel first, once (the xdist workers would otherwise wait on each other for it).
 $BIN/uv build -q --wheel --out-dir "$INSTALLS/dist" .
 $BIN/python -m pytest -n 2 -q "$@"
