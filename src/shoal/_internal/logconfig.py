@@ -21,9 +21,9 @@ def configure(level: int | str = logging.WARNING, *, json: bool = False) -> None
     """
     logger = logging.getLogger("shoal")
     logger.setLevel(level)
-    for handler in logger.handlers:
-        if handler.get_name() == _HANDLER_NAME:
-            handler.setLevel(level)
+    for existing in logger.handlers:
+        if existing.get_name() == _HANDLER_NAME:
+            existing.setLevel(level)
             return
     if json:
         handler: logging.Handler = logging.StreamHandler()

@@ -120,7 +120,7 @@ def _divide(session: Any) -> tuple[Callable[..., Any], str]:
     _heading(1, "@remote(instance_type='ml.m5.xlarge') def divide(x, y)")
     with _new_job(session, "divide") as job:
         @remote(instance_type="ml.m5.xlarge")
-        def divide(x, y):
+        def divide(x: float, y: float) -> float:
             return x / y
         print(divide(2, 3.0))
     record = job()
@@ -132,8 +132,8 @@ def _matrix_multiply(session: Any) -> None:
     _heading(2, "@remote(instance_type='ml.m5.large') with numpy")
     with _new_job(session, "matrix-multiply") as job:
         @remote(instance_type="ml.m5.large")
-        def matrix_multiply(a, b):
-            return np.matmul(a, b)
+        def matrix_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.asarray(np.matmul(a, b))
         assert (matrix_multiply(np.array([[1, 0], [0, 1]]), np.array([1, 2])) == np.array([1, 2])).all()  # noqa: E501
     record = job()
     _show(record, session.jobs.outcome(record).tolist())
@@ -142,7 +142,7 @@ def _matrix_multiply(session: Any) -> None:
 def _executor() -> None:
     _heading(3, "RemoteExecutor(instance_type='ml.m5.large', max_parallel_jobs=2)")
 
-    def square(x):
+    def square(x: int) -> int:
         return x * x
     with RemoteExecutor(instance_type="ml.m5.large", max_parallel_jobs=2) as e:
         futures = [e.submit(square, i) for i in range(4)]
@@ -189,7 +189,7 @@ def _config_file(session: Any) -> None:
         try:
             with _new_job(config_session, "numpy-version") as job:
                 @remote(sagemaker_session=config_session)
-                def numpy_version():
+                def numpy_version() -> str:
                     return np.__version__
                 result = numpy_version()
             record = job()

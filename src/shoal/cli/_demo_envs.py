@@ -44,7 +44,7 @@ def _dependencies(session: Any, number: int, tmp: Path) -> None:
     (tmp / "requirements.txt").write_text("six==1.16.0\n")
 
     @remote(dependencies="requirements.txt")
-    def which_six():
+    def which_six() -> tuple[str, str]:
         import sys
 
         import six
@@ -71,7 +71,7 @@ def _workdir(session: Any, number: int, tmp: Path) -> None:
 
         @remote(include_local_workdir=True,
                 custom_file_filter=CustomFileFilter(ignore_name_patterns=["*.tmp"]))
-        def featurize():
+        def featurize() -> tuple[list[int], list[str]]:
             import os
 
             import my_features
@@ -89,7 +89,7 @@ def _pre_execution(session: Any, number: int) -> None:
     _heading(number, "pre_execution_commands: run before the function, output in the job's log")
 
     @remote(pre_execution_commands=["echo preparing the job", "uname -s"])
-    def ready():
+    def ready() -> str:
         return "ready"
 
     _note(f"result {ready()!r}")
@@ -98,7 +98,7 @@ def _pre_execution(session: Any, number: int) -> None:
 def _warm(session: Any, number: int) -> None:
     _heading(number, "keep_alive_period_in_seconds=60: warm workers take the next call")
 
-    def add(a, b):
+    def add(a: int, b: int) -> int:
         return a + b
 
     with RemoteExecutor(keep_alive_period_in_seconds=60) as e:

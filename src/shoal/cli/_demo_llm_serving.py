@@ -9,10 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from shoal.cli._context import out
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionUserMessageParam
 
 __all__ = ["run_llm_serving_demo"]
 
@@ -47,7 +51,9 @@ def run_llm_serving_demo(model_dir: Path, question: str, number: int) -> None:
         else:
             client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
             name = client.models.list().data[0].id  # the served name: the directory's
-            reply = client.chat.completions.create(model=name, messages=messages,
+            chat_messages: list[ChatCompletionUserMessageParam] = [
+                {"role": "user", "content": question}]  # messages, as openai's type says
+            reply = client.chat.completions.create(model=name, messages=chat_messages,
                                                    max_tokens=24, temperature=0)
             chat = reply.choices[0].message.content or ""
             how = "openai.OpenAI(base_url=.../v1).chat.completions.create"

@@ -131,10 +131,11 @@ def _notebook(tmp: Path, reported: list[str]) -> None:
                             instance_type="ml.m5.large", role=role, sagemaker_session=sess,
                             hyperparameters={"max-depth": 3}, base_job_name="iris-sklearn")
         estimator.fit({"train": train_input}, logs=False)
-        job = estimator.latest_training_job.name
+        trained = estimator.latest_training_job
+        assert trained is not None  # fit() sets it
         _note(f"SKLearn(entry_point='train.py', framework_version={installed!r}, ...)"
-              f".fit({{'train': ...}}): job {job} "
-              f"{estimator.latest_training_job.describe()['TrainingJobStatus']}, no environment "
+              f".fit({{'train': ...}}): job {trained.name} "
+              f"{trained.describe()['TrainingJobStatus']}, no environment "
               "built (the installed release is the container's)", style="")
         for message in reported[shown:]:  # the estimator's role=, once
             _note(f"reported once: {message}", style="yellow")
@@ -150,7 +151,7 @@ def _notebook(tmp: Path, reported: list[str]) -> None:
         _note(f"predictor.delete_endpoint(): endpoint {predictor.endpoint_name} deleted")
         _generic_model(Model, image_uri, estimator.model_data, role, sess, iris,
                        JSONSerializer(), JSONDeserializer())
-        _note(f"find them again: shoal {state.home_option()}jobs describe {job}; "
+        _note(f"find them again: shoal {state.home_option()}jobs describe {trained.name}; "
               f"shoal {state.home_option()}endpoints list")
     finally:
         sess.close()

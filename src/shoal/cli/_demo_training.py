@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 import tempfile
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -27,8 +28,9 @@ __all__ = ["prepare_digits", "run_training_demo"]
 EXPERIMENT = "mnist-digits"
 MIN_ACCURACY = 0.8
 HYPERPARAMETERS = {"epochs": 2, "batch-size": 64, "lr": 0.002, "seed": 1}
-METRICS = [{"Name": "train:loss", "Regex": r"train_loss=([0-9.]+)"},
-           {"Name": "test:accuracy", "Regex": r"test_accuracy=([0-9.]+)"}]
+METRICS: list[Mapping[str, str]] = [{"Name": "train:loss", "Regex": r"train_loss=([0-9.]+)"},
+                                     {"Name": "test:accuracy",
+                                      "Regex": r"test_accuracy=([0-9.]+)"}]
 
 
 def _heading(number: int, title: str) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shoal.cli._context import emit, err, out, state
 from shoal.cli._render import listing, print_json
+
+if TYPE_CHECKING:
+    from shoal.envs import UvEnvBuilder
 
 __all__ = ["app"]
 
@@ -16,10 +19,11 @@ app = typer.Typer(help="List and prune cached job environments.", no_args_is_hel
                   rich_markup_mode=None)
 
 
-def _builder():  # type: ignore[no-untyped-def]
+def _builder() -> UvEnvBuilder:
     from shoal.session import Session
 
-    return Session(**state.session_kwargs()).env_builder
+    builder: UvEnvBuilder = Session(**state.session_kwargs()).env_builder
+    return builder
 
 
 def _size(n: int) -> str:

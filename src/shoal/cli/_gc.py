@@ -68,8 +68,9 @@ def _size(path: Path) -> int:
 def job_bytes(session: Session, name: str) -> int:
     """Bytes stored for job *name*: its artifacts, its small payloads in the database and its
     files on this machine."""
-    return (session.artifacts.disk_usage(name) + session.metadata.job_payload_bytes(name)
-            + sum(_size(p) for p in _local_paths(session, name)))
+    stored: int = (session.artifacts.disk_usage(name)
+                   + session.metadata.job_payload_bytes(name))
+    return stored + sum(_size(p) for p in _local_paths(session, name))
 
 
 def _remove_job_files(session: Session, name: str) -> None:

@@ -28,6 +28,10 @@ from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobSpec, JobStatus
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+
+    from shoal.core.experiments import MetricSummary
     from shoal.core.jobs import JobRecord
 
 __all__ = ["JOB_NAME", "app"]
@@ -82,7 +86,7 @@ def list_jobs(
     emit(_table(records))
 
 
-def _table(records: list[JobRecord]) -> Any:
+def _table(records: list[JobRecord]) -> Table:
     table = listing("name", "status", "created", "duration", "instance", "failure",
                     right=("duration",), wrap=("failure",))
     for r in records:
@@ -154,7 +158,7 @@ def _size(n: int) -> str:
         if n >= 1024 ** 2 else f"{n / 1024:.1f} KiB ({n} bytes)"
 
 
-def _metrics_summary(summaries: list[Any], job: str) -> Any:
+def _metrics_summary(summaries: list[MetricSummary], job: str) -> Table:
     rows = [(s.name, f"{s.count} points, last {s.last:.6g}") for s in summaries]
     rows.append(("plot", f"shoal {state.home_option()}jobs metrics {job}"))
     return key_values(rows)
@@ -198,7 +202,7 @@ def metrics(
     out().print(plot, highlight=False, markup=False)
 
 
-def _check_metric(job: str, metric: str, summaries: list[Any]) -> None:
+def _check_metric(job: str, metric: str, summaries: list[MetricSummary]) -> None:
     from shoal.errors import InvalidArgumentError
 
     names = [s.name for s in summaries]
@@ -207,7 +211,7 @@ def _check_metric(job: str, metric: str, summaries: list[Any]) -> None:
                                    f"{', '.join(names) or 'none'}", job=job, metric=metric)
 
 
-def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
+def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, RenderableType]]:
     from rich.text import Text
 
     spec = r.spec
@@ -215,7 +219,8 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
     supervisor = (f"pid {handle['pid']} on {handle.get('host', '?')}" if handle.get("pid")
                   else f"Ray actor {handle['actor']}" if handle.get("actor")
                   else "not started")
-    job = [("name", r.name), ("status", status_text(r.status)), ("kind", str(spec.kind)),
+    job: list[tuple[str, RenderableType]] = [
+           ("name", r.name), ("status", status_text(r.status)), ("kind", str(spec.kind)),
            ("function", spec.function_name or "-"),
            ("backend", f"{r.backend} (supervisor {supervisor})"),
            ("created", format_time(r.created_at)), ("started", format_time(r.started_at)),
@@ -238,7 +243,7 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Any]]:
                  ("stop grace period", f"{spec.stop_grace_period_in_seconds:g} s")]
     spec_rows += _spec_part_rows(spec)
     env = mask_env(spec.environment_variables)
-    sections: list[tuple[str, Any]] = [
+    sections: list[tuple[str, RenderableType]] = [
         ("Job", key_values(job)),
         ("Spec", key_values(spec_rows)),
         ("Environment variables", key_values([(k, str(v)) for k, v in env.items()])
@@ -275,7 +280,7 @@ def _spec_part_rows(spec: JobSpec) -> list[tuple[str, str]]:
     return [(k, v) for k, v in rows if v]
 
 
-def _history(r: JobRecord) -> Any:
+def _history(r: JobRecord) -> Table:
     from rich.table import Table
 
     table = Table.grid(padding=(0, 2))
@@ -381,7 +386,7 @@ def cancel(
     raise typer.Exit(exit_code_for_status(record.status))
 
 
-def _training_section(r: JobRecord) -> list[tuple[str, Any]]:
+def _training_section(r: JobRecord) -> list[tuple[str, RenderableType]]:
     """A script job's training settings: script, hyperparameters, channels, outputs."""
     cfg = r.spec.training
     if cfg is None:

@@ -160,8 +160,9 @@ _COMMON = [
                           "--run-name", help="the run's name (generated if omitted)")]),
 ]
 
-finetune_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [*_COMMON, *_recipe_parameters()])
+_FINETUNE_SIGNATURE = inspect.Signature([*_COMMON, *_recipe_parameters()])
+# typer reads the options from the signature: the function itself takes **kwargs.
+finetune_command.__signature__ = _FINETUNE_SIGNATURE  # type: ignore[attr-defined]
 finetune_command.__annotations__ = {p.name: p.annotation
-                                    for p in finetune_command.__signature__.parameters.values()}
+                                    for p in _FINETUNE_SIGNATURE.parameters.values()}
 app.command("finetune")(finetune_command)

@@ -7,7 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import RenderableType
+    from rich.table import Table
     from rich.text import Text
 
     from shoal.core.jobs import JobRecord
@@ -139,7 +142,7 @@ def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, A
     return data
 
 
-def listing(*columns: str, right: tuple[str, ...] = (), wrap: tuple[str, ...] = ()) -> Any:
+def listing(*columns: str, right: tuple[str, ...] = (), wrap: tuple[str, ...] = ()) -> Table:
     """The one table style of every listing: no box, bold upper-case headers, no padding at
     the edges. Columns named in *right* are right-aligned; only those in *wrap* may wrap."""
     from rich.table import Table
@@ -151,7 +154,7 @@ def listing(*columns: str, right: tuple[str, ...] = (), wrap: tuple[str, ...] = 
     return t
 
 
-def print_json(data: Any) -> None:
+def print_json(data: object) -> None:
     """``--json`` output: indented, keys in the order the command built them, one document."""
     import json
     import sys
@@ -160,7 +163,8 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def key_values(rows: list[tuple[str, RenderableType]], *, title: str | None = None) -> Any:
+def key_values(rows: Sequence[tuple[str, RenderableType]], *, title: str | None = None
+               ) -> Table:
     """A two-column grid: dim key, value."""
     from rich.table import Table
 

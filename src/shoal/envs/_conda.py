@@ -13,6 +13,7 @@ rather than built aside and renamed.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -355,7 +356,7 @@ class CondaEnvBuilder:
         return [e for e in UvEnvBuilder(self.root).list() if e.key.startswith("conda-")]
 
     def prune(self, *, unused_for_seconds: float = 0.0, keep: frozenset[str] = frozenset()
-              ) -> list[str]:
+              ) -> builtins.list[str]:  # builtins.: the method list() shadows the type here
         others = frozenset(e.key for e in UvEnvBuilder(self.root).list()
                            if not e.key.startswith("conda-"))
         return UvEnvBuilder(self.root).prune(unused_for_seconds=unused_for_seconds,

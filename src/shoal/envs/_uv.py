@@ -8,6 +8,7 @@ environment into place: concurrent jobs build once, a failed build leaves nothin
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import hashlib
@@ -217,7 +218,7 @@ class UvEnvBuilder:
     # --- listing and pruning ----------------------------------------------------------
 
     def list(self) -> list[EnvInfo]:
-        out = []
+        out: list[EnvInfo] = []
         if not self.root.exists():
             return out
         for path in sorted(self.root.iterdir()):
@@ -232,9 +233,9 @@ class UvEnvBuilder:
         return out
 
     def prune(self, *, unused_for_seconds: float = 0.0, keep: frozenset[str] = frozenset()
-              ) -> list[str]:
+              ) -> builtins.list[str]:  # builtins.: the method list() shadows the type here
         """Remove environments unused for that long (and failed-build leftovers)."""
-        removed = []
+        removed: builtins.list[str] = []
         now = time.time()
         for info in self.list():
             if info.key in keep or now - info.last_used_at < unused_for_seconds:

@@ -23,7 +23,9 @@ class HuggingFace(_TrainingHuggingFace):
     inference code is given). ``deploy()`` is ``Estimator.deploy`` (SageMaker's signature),
     which builds the model with this ``create_model()``."""
 
-    def create_model(self, model_server_workers: int | None = None, role: str | None = None,
+    # SageMaker's HuggingFace.create_model() takes other positional arguments than Estimator's.
+    def create_model(self, model_server_workers: int | None = None,  # type: ignore[override]
+                     role: str | None = None,
                      vpc_config_override: Any = VPC_CONFIG_DEFAULT,
                      entry_point: str | None = None, source_dir: str | None = None,
                      dependencies: Any = None, **kwargs: Any) -> HuggingFaceModel:

@@ -227,8 +227,8 @@ def _globals_in(data: bytes) -> list[tuple[str, str]]:
     import pickletools
 
     found: list[tuple[str, str]] = []
-    strings: list[Any] = []
-    memo: dict[int, Any] = {}
+    strings: list[object] = []
+    memo: dict[int, object] = {}
     try:
         for op, arg, _pos in pickletools.genops(data):
             if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
@@ -236,7 +236,7 @@ def _globals_in(data: bytes) -> list[tuple[str, str]]:
             elif op.name == "MEMOIZE" and strings:
                 memo[len(memo)] = strings[-1]
             elif op.name in ("BINGET", "LONG_BINGET", "GET"):
-                strings.append(memo.get(int(arg)))
+                strings.append(memo.get(arg) if isinstance(arg, int) else None)
             elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
                 found.append((str(strings[-2]), str(strings[-1])))
             elif op.name == "GLOBAL":

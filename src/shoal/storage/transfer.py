@@ -30,11 +30,13 @@ def join(root: str, *parts: str) -> str:
 
 
 def _fs(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path in it) for *url*; Any: fsspec ships no type information."""
     import fsspec.core
 
     require_for_url(url, f"reading {url}")
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url)
+        return fs, str(path)
     except (ImportError, ValueError) as e:
         raise ArtifactStoreError(f"cannot open {url!r}: {e}. For s3:// install shoal[s3].",
                                  url=url) from e

@@ -74,12 +74,12 @@ class Framework(Estimator):
             strict_versions: bool | None = None) -> None:
         args = _passed(locals(), "framework_version", "py_version", "strict_versions")
         installed = installed_version(self._dist)
-        self.framework_version = framework_version or (installed.split("+")[0] if installed
-                                                       else None)
-        if self.framework_version is None:
+        version = framework_version or (installed.split("+")[0] if installed else None)
+        if version is None:
             raise InvalidArgumentError(
                 f"{type(self).__name__} needs framework_version= ({self._dist} is not installed "
                 "here to default to)", argument="framework_version")
+        self.framework_version: str = version
         Estimator.__init__(self, **args)
         settings = self.sagemaker_session.settings
         self.strict_versions = bool(getattr(settings, "strict_versions", False)
@@ -87,7 +87,7 @@ class Framework(Estimator):
         py_note = check_py_version(py_version, framework=self._framework_name,
                                    version=self.framework_version, strict=self.strict_versions)
         self._py_notice: tuple[str, ...] = (py_note,) if py_note else ()
-        self._framework_notices = self._py_notice
+        self._framework_notices: tuple[str, ...] = self._py_notice
         self.py_version = py_version or f"py{sys.version_info.major}{sys.version_info.minor}"
         _, release, _ = requirement_bounds(self._framework_name, self._dist,
                                            self.framework_version)
@@ -102,7 +102,9 @@ class Framework(Estimator):
         return lines, build
 
 
-class PyTorch(FrameworkModelMaker, Framework):
+# create_model(): SageMaker's framework estimators take other positional arguments than
+# its Estimator, so the two bases' signatures differ (as in sagemaker.pytorch).
+class PyTorch(FrameworkModelMaker, Framework):  # type: ignore[misc]
     """``sagemaker.pytorch.PyTorch``: the job's environment has ``torch==framework_version``;
     ``create_model()`` returns a ``PyTorchModel``.
 
@@ -168,7 +170,9 @@ class PyTorch(FrameworkModelMaker, Framework):
         return "sagemaker_pytorch_container.training:main"
 
 
-class SKLearn(FrameworkModelMaker, Framework):
+# create_model(): SageMaker's framework estimators take other positional arguments than
+# its Estimator, so the two bases' signatures differ (as in sagemaker.pytorch).
+class SKLearn(FrameworkModelMaker, Framework):  # type: ignore[misc]
     """``sagemaker.sklearn.SKLearn``; ``framework_version`` "1.2-1" pins scikit-learn 1.2.*;
     ``create_model()`` returns an ``SKLearnModel``."""
 

@@ -49,7 +49,7 @@ class TrainingInput:
                             "attribute_names": attribute_names,
                             "target_attribute_name": target_attribute_name,
                             "compression": compression}, dict.fromkeys(_INERT_INPUT))
-        self.config = {"DataSource": {"S3DataSource": {
+        self.config: dict[str, object] = {"DataSource": {"S3DataSource": {
             "S3DataType": s3_data_type, "S3Uri": self.s3_data,
             "S3DataDistributionType": self.distribution}}}
         if content_type:

@@ -39,7 +39,8 @@ class TrainingJob:
         self._session = estimator.sagemaker_session
 
     def record(self) -> JobRecord:
-        return self._session.jobs.get(self.name)
+        record: JobRecord = self._session.jobs.get(self.name)
+        return record
 
     @property
     def model_data(self) -> str:
@@ -54,7 +55,8 @@ class TrainingJob:
             out.write(chunk.decode(errors="replace"))
             out.flush()
 
-        record = self._session.jobs.wait(self.name, on_output=show if logs else None)
+        record: JobRecord = self._session.jobs.wait(self.name,
+                                                    on_output=show if logs else None)
         if record.status == JobStatus.COMPLETED:
             return record
         log = self._session.jobs.log_uri(self.name)

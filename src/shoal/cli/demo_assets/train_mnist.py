@@ -98,7 +98,7 @@ def train_epoch(model: Net, loader: DataLoader[Any], optimizer: torch.optim.Opti
     for x, y in loader:
         optimizer.zero_grad()
         loss = F.nll_loss(model(x), y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
         optimizer.step()
         total += loss.item() * len(y)
         count += len(y)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -43,6 +41,7 @@ from shoal.errors import (
     SchemaOutOfDateError,
 )
 from shoal.storage.sql import _diagnose
+from shoal.storage.sql._dbapi import Dbapi
 from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
 from shoal.storage.sql._payloads import PayloadTables
@@ -85,7 +84,7 @@ def _make_engine(url: str) -> Engine:
             # directory, disk full) is told by the connection's own diagnosis below.
             with contextlib.suppress(OSError):
                 create_private_file(db)
-        # Each thread keeps one connection (see _Dbapi); no overflow limit, so an executor with
+        # Each thread keeps one connection (see _dbapi.Dbapi); no overflow limit, so an executor with
         # many threads never waits on the pool.
         engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
                                   pool_size=5, max_overflow=-1)
@@ -149,7 +148,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
         self._engine = engine
         self._url = url
         self._clock = clock or SystemClock()
-        self._db = _Dbapi(engine, redact_url(url))
+        self._db = Dbapi(engine, redact_url(url))
 
     @classmethod
     def open(cls, url: str, *, clock: Clock | None = None, create: bool = False) -> SqlMetadataStore:
@@ -472,100 +471,6 @@ def _marks(values: Sequence[Any]) -> str:
 
 def _like_escape(text: str) -> str:
     return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-
-
-class _Dbapi:
-    """One DB-API connection per thread (and per process), checked out of the engine's pool."""
-
-    def __init__(self, engine: Engine, shown_url: str) -> None:
-        self._engine = engine
-        self._shown, self._url = shown_url, str(engine.url)
-        self._local = threading.local()
-        self._sql: dict[str, str] = {}
-        self.postgres = engine.dialect.name == "postgresql"
-        self.integrity_error: type[BaseException] = engine.dialect.dbapi.IntegrityError
-        self._error: type[BaseException] = engine.dialect.dbapi.Error
-        self._held: list[weakref.finalize] = []  # one per live thread connection
-        self._lock = threading.Lock()
-
-    def sql(self, text: str) -> str:
-        """Our SQL uses '?' placeholders; psycopg wants '%s'."""
-        if not self.postgres:
-            return text
-        out = self._sql.get(text)
-        if out is None:
-            out = self._sql[text] = text.replace("%", "%%").replace("?", "%s")
-        return out
-
-    def _conn(self) -> Any:
-        held = getattr(self._local, "held", None)
-        if held is not None and held.pid == os.getpid():
-            return held.conn
-        if held is not None:  # inherited across a fork: never close the parent's connection
-            held.release.detach()
-        conn = self._engine.raw_connection()
-        held = _Held(conn)
-        # When the thread ends its threading.local value dies, and the connection goes back
-        # to the pool; without this, short-lived threads exhaust the pool.
-        held.release = weakref.finalize(held, _release, conn)
-        self._local.held = held
-        with self._lock:
-            self._held = [f for f in self._held if f.alive] + [held.release]
-        return conn
-
-    @contextmanager
-    def tx(self, *, write: bool) -> Iterator[Any]:
-        try:
-            conn = self._conn()
-            cur = conn.cursor()
-        except (SQLAlchemyError, self._error) as e:  # type: ignore[misc]
-            raise _diagnose.explain(e, self._url, self._shown, doing="open") from e
-        try:
-            if not self.postgres:
-                cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            yield cur
-            conn.commit()
-        except BaseException as e:
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            if isinstance(e, self._error) and not isinstance(e, self.integrity_error):
-                with contextlib.suppress(Exception):
-                    conn.invalidate()  # a broken connection is not reused
-                self._local.held = None
-                raise _diagnose.explain(e, self._url, self._shown,
-                                        doing="write to" if write else "read") from e
-            raise
-        finally:
-            with contextlib.suppress(Exception):
-                cur.close()
-
-    def forget(self) -> None:
-        with self._lock:
-            held, self._held = self._held, []
-        for release in held:
-            release.detach()
-        self._local = threading.local()
-
-    def close(self) -> None:
-        with self._lock:
-            held, self._held = self._held, []
-        for release in held:
-            release()
-        self._local = threading.local()
-
-
-class _Held:
-    __slots__ = ("__weakref__", "conn", "pid", "release")
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.pid = os.getpid()
-        self.release: weakref.finalize
-
-
-def _release(conn: Any) -> None:
-    with contextlib.suppress(Exception):
-        conn.close()  # back to the engine's pool
 
 
 def _record(row: Any, events: Any) -> JobRecord:

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from sqlalchemy.engine.interfaces import DBAPICursor
+
 from shoal.core.experiments import job_owner, run_owner
 from shoal.core.jobs import JobStatus
+from shoal.storage.sql._dbapi import Dbapi
 
 __all__ = ["DeleteTables"]
 
@@ -32,7 +35,7 @@ def _marks(values: Sequence[Any]) -> str:
 class DeleteTables:
     """The deleting half of the SQL metadata store."""
 
-    _db: Any
+    _db: Dbapi
 
     def delete_jobs(self, names: Sequence[str]) -> list[str]:
         """Remove the named jobs that have ended: their records, status history, small
@@ -87,7 +90,7 @@ class DeleteTables:
             existed = bool(cur.rowcount)
         return len(rows) if existed else -1
 
-    def _delete_runs(self, cur: Any, ids: list[int], owners: list[str]) -> None:
+    def _delete_runs(self, cur: DBAPICursor, ids: list[int], owners: list[str]) -> None:
         sql = self._db.sql
         for chunk in _chunks(ids):
             for table in _RUN_CHILDREN:

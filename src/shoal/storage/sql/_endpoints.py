@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.engine.interfaces import DBAPICursor
+
 from shoal.core.clock import Clock
 from shoal.core.endpoints import (
     EndpointConfig,
@@ -20,6 +22,7 @@ from shoal.core.endpoints import (
     check_endpoint_transition,
 )
 from shoal.errors import AlreadyExistsError, EndpointNotFound, InvalidTransitionError
+from shoal.storage.sql._dbapi import Dbapi
 
 __all__ = ["EndpointTables"]
 
@@ -42,7 +45,7 @@ def _not_found(name: str) -> EndpointNotFound:
 class EndpointTables:
     """The endpoint half of the SQL metadata store."""
 
-    _db: Any
+    _db: Dbapi
     _clock: Clock
 
     def create_endpoint(self, name: str, *, model_data: str,
@@ -152,7 +155,7 @@ class EndpointTables:
             cur.execute(self._db.sql("DELETE FROM endpoints WHERE name = ?"), (name,))
             return bool(cur.rowcount)
 
-    def _endpoint(self, cur: Any, name: str) -> EndpointRecord | None:
+    def _endpoint(self, cur: DBAPICursor, name: str) -> EndpointRecord | None:
         cur.execute(self._db.sql(_SELECT + " WHERE name = ?"), (name,))
         row = cur.fetchone()
         if row is None:

@@ -8,9 +8,9 @@ payloads come here and which stay files is ``shoal.jobs._payloads``'s choice.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from shoal.errors import JobNotFound
+from shoal.storage.sql._dbapi import Dbapi
 
 __all__ = ["PayloadTables"]
 
@@ -22,7 +22,7 @@ _UPSERT = ("INSERT INTO job_payloads (job_name, kind, data, metadata) VALUES (?,
 class PayloadTables:
     """The payload half of the SQL metadata store."""
 
-    _db: Any
+    _db: Dbapi
 
     def put_job_payloads(self, name: str, payloads: Mapping[str, tuple[bytes, bytes]]) -> None:
         """Store (or replace) job *name*'s payloads, ``{kind: (pickle, metadata)}``, in one
@@ -52,4 +52,5 @@ class PayloadTables:
             cur.execute(self._db.sql("SELECT COALESCE(SUM(LENGTH(data) + LENGTH(metadata)), 0) "
                                      "FROM job_payloads WHERE job_name = ?"), (name,))
             row = cur.fetchone()
+        assert row is not None  # an aggregate without GROUP BY gives one row
         return int(row[0] or 0)

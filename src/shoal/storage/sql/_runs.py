@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.engine.interfaces import DBAPICursor
+
 from shoal.core.clock import Clock
 from shoal.core.experiments import (
     ExperimentRecord,
@@ -29,6 +31,7 @@ from shoal.errors import (
     InvalidArgumentError,
     RunNotFound,
 )
+from shoal.storage.sql._dbapi import Dbapi
 
 __all__ = ["RunTables"]
 
@@ -40,7 +43,7 @@ def _dt(value: float | None) -> datetime | None:
 class RunTables:
     """The experiment-tracking half of the SQL metadata store."""
 
-    _db: Any
+    _db: Dbapi
     _clock: Clock
 
     def _now(self) -> float:
@@ -78,7 +81,7 @@ class RunTables:
             rows = cur.fetchall()
         return [_experiment_record(r) for r in rows]
 
-    def _experiment(self, cur: Any, name: str) -> ExperimentRecord | None:
+    def _experiment(self, cur: DBAPICursor, name: str) -> ExperimentRecord | None:
         cur.execute(self._db.sql(_SELECT_EXPERIMENTS + " WHERE e.name = ? GROUP BY e.name, "
                                  "e.display_name, e.tags, e.created_at"), (name,))
         row = cur.fetchone()
@@ -106,7 +109,9 @@ class RunTables:
                 raise AlreadyExistsError(
                     f"experiment {experiment_name!r} already has a run named {run_name!r}",
                     experiment=experiment_name, run=run_name) from e
-            run_id = cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None  # INSERT ... RETURNING gives one row
+            run_id = row[0]
             if tags:
                 cur.executemany(self._db.sql(_UPSERT_TAG),
                                 [(run_id, str(k), str(v)) for k, v in tags.items()])
@@ -209,7 +214,7 @@ class RunTables:
                 "INSERT INTO run_jobs (run_id, job_name, linked_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (run_id, job_name) DO NOTHING"), (run_id, job_name, self._now()))
 
-    def _run_id(self, cur: Any, experiment_name: str, run_name: str) -> int:
+    def _run_id(self, cur: DBAPICursor, experiment_name: str, run_name: str) -> int:
         cur.execute(self._db.sql("SELECT id FROM runs WHERE experiment_name = ? AND "
                                  "run_name = ?"), (experiment_name, run_name))
         row = cur.fetchone()
@@ -217,7 +222,7 @@ class RunTables:
             raise _run_not_found(experiment_name, run_name)
         return int(row[0])
 
-    def _load_runs(self, cur: Any, where: str, params: tuple[Any, ...]) -> list[RunRecord]:
+    def _load_runs(self, cur: DBAPICursor, where: str, params: tuple[Any, ...]) -> list[RunRecord]:
         sql = self._db.sql
         cur.execute(sql(f"SELECT r.id, r.experiment_name, r.run_name, r.display_name, "
                         f"r.status, r.created_at, r.ended_at FROM runs r WHERE {where} "

@@ -15,7 +15,7 @@ depends_on = None
 _RUN_STATUSES = "'InProgress', 'Completed', 'Failed', 'Stopped'"
 
 
-def _run_id() -> sa.Column:
+def _run_id() -> sa.Column[int]:
     return sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"),
                      primary_key=True)
 
