@@ -88,7 +88,7 @@ class ExperimentAnalytics:
         from shoal._internal.extras import require
 
         require("experiments", "ExperimentAnalytics", "pandas")
-        import pandas as pd  # type: ignore[import-untyped]
+        import pandas as pd
 
         store = self._store()
         rows = [self._row(run, store.metric_summaries(run.owner))

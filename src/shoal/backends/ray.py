@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import require
 from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
@@ -40,6 +40,9 @@ from shoal.errors import (
     LaunchError,
     ResourceUnavailableError,
 )
+
+if TYPE_CHECKING:
+    from shoal.backends._raywarm import WarmPools
 
 __all__ = ["RayBackend", "check_feasible", "check_placeable", "check_shared_stores",
            "node_env"]
@@ -130,7 +133,7 @@ class RayBackend:
         self._namespace = namespace
         self._lock = threading.Lock()
         self._actor_cls: Any = None
-        self._warm: Any = None  # WarmPools, on first use
+        self._warm: WarmPools | None = None  # on first use
         self._code: str | None = None
         self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
 
@@ -266,7 +269,7 @@ class RayBackend:
         key = warm_key(ctx, demand, self._code)
         return pools.launch(ctx, key, _actor_resources(dict(demand)), demand)
 
-    def _warm_pools(self) -> Any:
+    def _warm_pools(self) -> WarmPools:
         from shoal.backends._raywarm import WarmPools
 
         ray = self._ray()
@@ -369,7 +372,8 @@ def _use_token(path: str) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = path
     with contextlib.suppress(ImportError, AttributeError):
-        from ray._raylet import Config  # re-read the environment if ray was imported already
+        # re-read the environment if ray was imported already (Config: not in ray's stubs)
+        from ray._raylet import Config  # type: ignore[attr-defined]
 
         Config.initialize("")
 

@@ -82,8 +82,7 @@ def _generate(model_data: str, where: Path) -> str:
     with fsspec.open(model_data, "rb") as f:
         extract_tar(f, where, label=f"model_data {model_data}")
     tok = AutoTokenizer.from_pretrained(where)
-    # transformers' PreTrainedModel.eval() has no annotations
-    model = AutoModelForCausalLM.from_pretrained(where).eval()  # type: ignore[no-untyped-call]
+    model = AutoModelForCausalLM.from_pretrained(where).eval()
     prompt = tok.apply_chat_template([{"role": "user", "content": _QUESTION}], tokenize=False,
                                      add_generation_prompt=True)
     ids = tok(prompt, add_special_tokens=False, return_tensors="pt")

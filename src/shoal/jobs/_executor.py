@@ -298,7 +298,7 @@ class _Inbox:
                 if not chunk:
                     raise _Gone
                 self._buf += chunk
-            out = []
+            out: list[tuple[dict[str, Any], list[bytes]]] = []
             while (end := self._buf.find(b"\n")) >= 0:
                 head = _json_loads(bytes(self._buf[:end]))
                 sizes = head.get("sizes") or []

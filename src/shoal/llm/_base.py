@@ -193,7 +193,8 @@ def load_for_training(path: Path, opts: FineTuneOptions, device: str) -> Any:
     else:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, trust_remote_code=opts.trust_remote_code)
-        model.to(device)
+        # transformers wraps .to() with functools.wraps: mypy misreads it as unbound
+        model.to(device)  # type: ignore[arg-type]
         if opts.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
     model.config.use_cache = False  # no KV cache while training (and none with checkpointing)

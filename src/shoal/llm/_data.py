@@ -96,11 +96,13 @@ def _read_json_file(path: Path) -> list[dict[str, Any]]:
             except ValueError as e:
                 raise InvalidArgumentError(f"{path}:{lineno}: not a JSON line: {e}",
                                            path=str(path), line=lineno) from e
+    records: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise InvalidArgumentError(f"{path}: record {i + 1} is a {type(row).__name__}, "
                                        "not a JSON object", path=str(path))
-    return rows
+        records.append(row)
+    return records
 
 
 def _read_saved_dataset(path: Path) -> tuple[list[dict[str, Any]],

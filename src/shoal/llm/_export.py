@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from shoal.llm._base import resolve_dtype
 from shoal.llm._options import FineTuneOptions
@@ -37,6 +37,21 @@ _SM_MODEL_PATH = "/opt/ml/model"
 _KEEP = {"adapter", "serving.properties", SUMMARY, MANIFEST}
 
 
+class ManifestFile(TypedDict):
+    path: str
+    size: int
+    sha256: str
+
+
+class Manifest(TypedDict):
+    """``manifest.json`` of a merged model stored under a prefix."""
+
+    format: str
+    uri: str
+    files: list[ManifestFile]
+    total_bytes: int
+
+
 def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, tokenizer: Any,
                    opts: FineTuneOptions, device: str) -> str:
     """Merge *adapter_dir* into the base and save it in *output_dir*; the merged dtype name."""
@@ -48,7 +63,8 @@ def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, toke
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype,
                                                 trust_remote_code=opts.trust_remote_code)
     if device == "cuda":
-        base.to("cuda")
+        # transformers wraps .to() with functools.wraps: mypy misreads it as unbound
+        base.to("cuda")  # type: ignore[arg-type]
     merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
     merged.config.use_cache = True
     merged.save_pretrained(output_dir)
@@ -91,20 +107,20 @@ def model_bytes(directory: Path) -> int:
 
 
 def store_large_model(output_dir: Path, prefix_uri: str, opts: FineTuneOptions,
-                      dtype: str) -> dict[str, Any]:
+                      dtype: str) -> Manifest:
     """Upload the merged model under *prefix_uri*; leave a manifest in *output_dir*."""
     from shoal.storage.artifacts import FsspecArtifactStore
 
     store = FsspecArtifactStore.open(prefix_uri.rstrip("/"))
-    files = []
+    files: list[ManifestFile] = []
     for path in sorted(p for p in output_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(output_dir).as_posix()
         if rel.split("/", 1)[0] in _KEEP:
             continue
         store.put_file(rel, path)
         files.append({"path": rel, "size": path.stat().st_size, "sha256": _sha256(path)})
-    manifest = {"format": "shoal-model-manifest/1", "uri": prefix_uri.rstrip("/"),
-                "files": files, "total_bytes": sum(f["size"] for f in files)}
+    manifest: Manifest = {"format": "shoal-model-manifest/1", "uri": prefix_uri.rstrip("/"),
+                          "files": files, "total_bytes": sum(f["size"] for f in files)}
     body = json.dumps(manifest, indent=2).encode()
     store.put_bytes(MANIFEST, body)  # last: a prefix with a manifest is complete
     (output_dir / MANIFEST).write_bytes(body)

@@ -195,11 +195,11 @@ class DJLModel(Model):
             raise InvalidArgumentError("both model_id and model_data are given; give one "
                                        "(SageMaker's rule)", argument="model_id")
         model_id = model_id or env.pop("HF_MODEL_ID", None)
-        options = {"engine": engine, "option.dtype": dtype,
-                   "option.tensor_parallel_degree": tensor_parallel_degree,
-                   "job_queue_size": job_queue_size,
-                   "option.model_loading_timeout": model_loading_timeout}
-        options = {k: str(v) for k, v in options.items() if v is not None}
+        given = {"engine": engine, "option.dtype": dtype,
+                 "option.tensor_parallel_degree": tensor_parallel_degree,
+                 "job_queue_size": job_queue_size,
+                 "option.model_loading_timeout": model_loading_timeout}
+        options = {k: str(v) for k, v in given.items() if v is not None}
         if model_data is None:
             if model_id is None:
                 raise InvalidArgumentError("DJLModel needs model_id (a model directory, URL or "

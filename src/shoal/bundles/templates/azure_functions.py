@@ -16,7 +16,9 @@ app = func.FunctionApp(http_auth_level=AUTH_LEVEL)
 get_model()  # load while the host indexes the app, not on the first request
 
 
-@app.route(route=ROUTE, methods=["GET", "POST"], auth_level=AUTH_LEVEL)
+# azure-functions is installed on Azure, not here: its decorator is untyped to mypy.
+@app.route(route=ROUTE, methods=["GET", "POST"],  # type: ignore[untyped-decorator]
+           auth_level=AUTH_LEVEL)
 def predict(req: func.HttpRequest) -> func.HttpResponse:
     if req.method == "GET":
         status, body = 200, json.dumps(get_model().info()).encode()
