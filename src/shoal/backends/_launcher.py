@@ -57,8 +57,8 @@ def take_lifetime_lock(sock_path: str) -> int | None:
 
 def resolve_entrypoint(spec: str) -> Callable[..., int]:
     module, _, attr = spec.partition(":")
-    fn = getattr(importlib.import_module(module), attr)
-    return fn  # type: ignore[no-any-return]
+    fn: Callable[..., int] = getattr(importlib.import_module(module), attr)
+    return fn
 
 
 def _child(request: dict[str, Any], log_path: str | None) -> None:

@@ -56,7 +56,8 @@ def _recv_line(sock: socket.socket, buf: bytearray | None = None) -> dict[str, A
         buf += chunk
     line = bytes(buf[:end])
     del buf[:end + 1]
-    return json.loads(line)  # type: ignore[no-any-return]
+    message: dict[str, Any] = json.loads(line)
+    return message
 
 
 def _send_line(sock: socket.socket, message: Mapping[str, Any]) -> None:

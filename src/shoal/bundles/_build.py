@@ -190,6 +190,7 @@ def _prepare_model(source: SourceModel, opts: BundleOptions, model_dir: Path,
     kept = {f"input:{k}": v[:STORED_SAMPLES] for k, v in feeds.items()}
     kept |= {f"source:{k}": _storable(v[:STORED_SAMPLES]) for k, v in reference.items()}
     kept |= {f"bundle:{k}": _storable(v[:STORED_SAMPLES]) for k, v in got.items()}
+    # mypy matches **kept against savez_compressed's allow_pickle: bool keyword too
     np.savez_compressed(model_dir / "samples.npz", **kept)  # type: ignore[arg-type]
     manifest = {
         "format": 1, "name": name, "target": target.value, "model_file": "model.onnx",

@@ -83,8 +83,9 @@ def _split(source: str) -> _Parts:
     if docstring is not None:
         statements.pop(0)
     imports: list[ast.Import | ast.ImportFrom] = []
-    while statements and isinstance(statements[0], ast.Import | ast.ImportFrom):
-        imports.append(statements.pop(0))  # type: ignore[arg-type]
+    while statements and isinstance(first := statements[0], ast.Import | ast.ImportFrom):
+        imports.append(first)
+        statements.pop(0)
     start = statements[0].lineno - 1 if statements else len(lines)
     # Comments just above the first statement belong to it.
     while start > 0 and lines[start - 1].lstrip().startswith("#"):

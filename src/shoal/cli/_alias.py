@@ -74,7 +74,9 @@ def install(target: TargetOption = None) -> None:
                           "environment, and the alias would hide it. Use a separate "
                           "environment for shoal, or 'import shoal as sagemaker'",
                           found=real)
-    source = Path(importlib.util.find_spec("shoal._sagemaker_alias").origin)  # type: ignore[arg-type,union-attr]
+    spec = importlib.util.find_spec("shoal._sagemaker_alias")
+    assert spec is not None and spec.origin is not None  # a module of shoal itself
+    source = Path(spec.origin)
     site.mkdir(parents=True, exist_ok=True)
     for name, text in ((_MODULE, source.read_text(encoding="utf-8")),
                        (_PTH, f"# {_marker()}: 'import sagemaker' imports shoal\n{_PTH_LINE}")):

@@ -88,7 +88,7 @@ class State:
 
     home: Path | None = None
     verbose: int = 0
-    _sessions: dict[tuple[Path, ...], Any] = field(default_factory=dict)
+    _sessions: dict[tuple[Path, ...], Session] = field(default_factory=dict)
 
     def session_kwargs(self) -> dict[str, Any]:
         return {"home": str(self.home)} if self.home is not None else {}
@@ -100,7 +100,7 @@ class State:
         key = tuple(config_files)
         if key not in self._sessions:
             self._sessions[key] = Session(config_files=key, **self.session_kwargs())
-        return self._sessions[key]  # type: ignore[no-any-return]
+        return self._sessions[key]
 
     def home_option(self) -> str:
         """``--home PATH `` when one was given, so printed commands find the same jobs."""

@@ -67,7 +67,8 @@ def _new_job(session: Any, prefix: str) -> Iterator[Callable[[], JobRecord]]:
     def newest() -> JobRecord:
         [record] = session.metadata.list_jobs(JobQuery(name_prefix=f"{prefix}-",
                                                        created_after=since, limit=1))
-        return session.jobs.get(record.name)  # type: ignore[no-any-return]
+        found: JobRecord = session.jobs.get(record.name)
+        return found
 
     yield newest
 

@@ -149,7 +149,7 @@ def _notebook(tmp: Path, reported: list[str]) -> None:
               f"(labels {iris.target[rows].astype(float).tolist()})", style="")
         predictor.delete_endpoint()
         _note(f"predictor.delete_endpoint(): endpoint {predictor.endpoint_name} deleted")
-        _generic_model(Model, image_uri, estimator.model_data, role, sess, iris,
+        _generic_model(Model, image_uri, estimator.model_data, role, sess, iris.data,
                        JSONSerializer(), JSONDeserializer())
         _note(f"find them again: shoal {state.home_option()}jobs describe {trained.name}; "
               f"shoal {state.home_option()}endpoints list")
@@ -158,12 +158,13 @@ def _notebook(tmp: Path, reported: list[str]) -> None:
 
 
 def _generic_model(model_cls: type, image_uri: str | None, model_data: str, role: str,
-                   sess: object, iris: object, serializer: object, deserializer: object) -> None:
+                   sess: object, iris_data: np.ndarray, serializer: object,
+                   deserializer: object) -> None:
     model = model_cls(image_uri, model_data, role, sagemaker_session=sess)  # by position
     predictor = model.deploy(1, "ml.m5.large", serializer=serializer, deserializer=deserializer)
     try:
         rows = [1, 51, 101]
-        answer = predictor.predict(iris.data[rows].tolist())  # type: ignore[attr-defined]
+        answer = predictor.predict(iris_data[rows].tolist())
         _note(f"Model(image_uri, model_data, role) by position (image_uri {image_uri!r})"
               f".deploy(1, 'ml.m5.large') -> endpoint "
               f"{predictor.endpoint_name}; JSON predict(iris.data[{rows}]) -> {answer}",

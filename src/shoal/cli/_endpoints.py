@@ -231,7 +231,8 @@ def serve(model: str, **flags: Any) -> None:
 
 def register_serve(app: typer.Typer) -> None:
     """Add ``shoal serve`` to *app*."""
-    serve.__signature__ = inspect.Signature(_serve_parameters())  # type: ignore[attr-defined]
-    serve.__annotations__ = {p.name: p.annotation
-                             for p in serve.__signature__.parameters.values()}  # type: ignore[attr-defined]
+    signature = inspect.Signature(_serve_parameters())
+    # typer reads the options from the signature: the function itself takes **flags.
+    serve.__signature__ = signature  # type: ignore[attr-defined]
+    serve.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     app.command("serve")(serve)

@@ -51,7 +51,7 @@ def line_plot(points: Sequence[MetricPoint], *, title: str, width: int = 72,
     if len(ys) > _MAX_POINTS:
         xs, ys = _buckets(xs, _MAX_POINTS), _buckets(ys, _MAX_POINTS)
     try:
-        import plotext as plt  # type: ignore[import-untyped]
+        import plotext as plt
 
         plt.clear_figure()
         plt.plotsize(width, height)

@@ -20,6 +20,10 @@ import signal
 import sys
 import time
 from collections.abc import Collection, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctypes import _CArgObject  # what ctypes.byref() returns (typeshed's name)
 
 __all__ = ["become_subreaper", "descendants", "end_descendants", "not_subreaper"]
 
@@ -28,7 +32,7 @@ _PR_GET_CHILD_SUBREAPER = 37
 _LIBC = None
 
 
-def _prctl(option: int, arg: int | ctypes.c_int) -> bool:
+def _prctl(option: int, arg: int | _CArgObject) -> bool:
     global _LIBC
     if not sys.platform.startswith("linux"):
         return False
@@ -47,7 +51,7 @@ def become_subreaper(on: bool = True) -> bool:
 
 def _is_subreaper() -> bool:
     value = ctypes.c_int(0)
-    return _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value)) and bool(value.value)  # type: ignore[arg-type]
+    return _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value)) and bool(value.value)
 
 
 @contextlib.contextmanager

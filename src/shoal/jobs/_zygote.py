@@ -29,7 +29,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import (
@@ -101,7 +101,8 @@ class _Zygote:
                         conn, _ = server.accept()
                         self._start(conn)
                     elif isinstance(key.data, int):
-                        self._supervisor_gone(key.data, key.fileobj)  # type: ignore[arg-type]
+                        # registered with its supervisor's pid: a job's socket
+                        self._supervisor_gone(key.data, cast(socket.socket, key.fileobj))
                     else:
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake_r, 4096)

@@ -76,7 +76,7 @@ def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, toke
     name = str(dtype).removeprefix("torch.")
     props = serving_properties(opts, name, _SM_MODEL_PATH)
     limit = _max_positions(output_dir)
-    if limit is not None and int(props["option.max_model_len"]) > limit:  # type: ignore[call-overload]
+    if limit is not None and int(str(props["option.max_model_len"])) > limit:
         props["option.max_model_len"] = limit  # what the model can attend to, at most
     write_serving_properties(output_dir, props)
     return name

@@ -50,7 +50,8 @@ class Payload:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return _json_loads(self.metadata)  # type: ignore[no-any-return]
+        metadata: dict[str, Any] = _json_loads(self.metadata)
+        return metadata
 
 
 def _sign(key: str, data: bytes) -> str:
@@ -131,6 +132,7 @@ def _pickler_class() -> Any:
             args = tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
             return fn, args
 
+        # cloudpickle ships no type information: its Pickler is Any to mypy.
         class ShoalPickler(cloudpickle.Pickler):  # type: ignore[misc]
             dispatch_table = ChainMap({types.CodeType: keep_filename},
                                       cloudpickle.Pickler.dispatch_table)

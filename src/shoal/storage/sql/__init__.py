@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -64,7 +64,12 @@ def _ts(dt: datetime) -> float:
     return dt.timestamp()
 
 
+@overload
+def _dt(value: float) -> datetime: ...
+@overload
+def _dt(value: float | None) -> datetime | None: ...
 def _dt(value: float | None) -> datetime | None:
+    """The UTC datetime of a stored timestamp (None stays None: a column not yet set)."""
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
@@ -198,8 +203,8 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
             cur.execute(self._db.sql(_INSERT_EVENT), (spec.name, JobStatus.PENDING.value, now, None))
         created = _dt(now)
         return JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
-                         created_at=created, updated_at=created, backend=backend,  # type: ignore[arg-type]
-                         events=(JobEvent(JobStatus.PENDING, created),))  # type: ignore[arg-type]
+                         created_at=created, updated_at=created, backend=backend,
+                         events=(JobEvent(JobStatus.PENDING, created),))
 
     def create_jobs(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
                     backend: str) -> list[JobRecord]:
@@ -228,9 +233,9 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
                 f"job(s) {', '.join(taken) or '?'} already exist; none of the {len(names)} "
                 "jobs was created; choose other names", jobs=taken) from e
         created = _dt(now)
-        event = (JobEvent(JobStatus.PENDING, created),)  # type: ignore[arg-type]
+        event = (JobEvent(JobStatus.PENDING, created),)
         return [JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
-                          created_at=created, updated_at=created,  # type: ignore[arg-type]
+                          created_at=created, updated_at=created,
                           backend=backend, events=event) for spec in specs]
 
     def find_job(self, name: str) -> JobRecord | None:
@@ -479,8 +484,8 @@ def _record(row: Any, events: Any) -> JobRecord:
         name=JobName(row[c["name"]]),
         spec=JobSpec.from_json(json.loads(row[c["spec"]])),
         status=JobStatus(row[c["status"]]),
-        created_at=_dt(row[c["created_at"]]),  # type: ignore[arg-type]
-        updated_at=_dt(row[c["updated_at"]]),  # type: ignore[arg-type]
+        created_at=_dt(row[c["created_at"]]),
+        updated_at=_dt(row[c["updated_at"]]),
         started_at=_dt(row[c["started_at"]]),
         ended_at=_dt(row[c["ended_at"]]),
         attempt=row[c["attempt"]] or 0,
@@ -490,7 +495,7 @@ def _record(row: Any, events: Any) -> JobRecord:
         backend=row[c["backend"]],
         handle=json.loads(row[c["handle"]] or "{}"),
         env_setup_seconds=row[c["env_setup_seconds"]],
-        events=tuple(JobEvent(JobStatus(e[0]), _dt(e[1]), e[2])  # type: ignore[arg-type]
+        events=tuple(JobEvent(JobStatus(e[0]), _dt(e[1]), e[2])
                      for e in events),
     )
 

@@ -114,7 +114,8 @@ class EndpointTables:
                                      "updated_at = ? WHERE name = ?"),
                         (status.value, reason, now, name))
             record = self._endpoint(cur, name)
-        return record  # type: ignore[return-value]
+        assert record is not None  # its row was read and updated in this transaction
+        return record
 
     def set_endpoint_supervisor(self, name: str, handle: Mapping[str, Any]) -> None:
         """Record the endpoint's supervisor process (the backend's handle)."""

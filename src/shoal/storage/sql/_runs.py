@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -36,7 +36,12 @@ from shoal.storage.sql._dbapi import Dbapi
 __all__ = ["RunTables"]
 
 
+@overload
+def _dt(value: float) -> datetime: ...
+@overload
+def _dt(value: float | None) -> datetime | None: ...
 def _dt(value: float | None) -> datetime | None:
+    """The UTC datetime of a stored timestamp (None stays None: a column not yet set)."""
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
@@ -60,7 +65,8 @@ class RunTables:
                 "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING"),
                 (name, display_name, json.dumps(dict(tags or {}), sort_keys=True), self._now()))
             record = self._experiment(cur, name)
-        return record  # type: ignore[return-value]
+        assert record is not None  # inserted, or there already, in this transaction
+        return record
 
     def find_experiment(self, name: str) -> ExperimentRecord | None:
         with self._db.tx(write=False) as cur:
@@ -117,7 +123,7 @@ class RunTables:
                                 [(run_id, str(k), str(v)) for k, v in tags.items()])
         return RunRecord(experiment_name=experiment_name, run_name=run_name,
                          display_name=display_name, status=RunStatus.IN_PROGRESS,
-                         created_at=_dt(now),  # type: ignore[arg-type]
+                         created_at=_dt(now),
                          tags={str(k): str(v) for k, v in (tags or {}).items()})
 
     def find_run(self, experiment_name: str, run_name: str) -> RunRecord | None:
@@ -319,14 +325,14 @@ def _run_not_found(experiment_name: str, run_name: str) -> RunNotFound:
 
 def _experiment_record(row: Any) -> ExperimentRecord:
     return ExperimentRecord(name=row[0], display_name=row[1], tags=json.loads(row[2] or "{}"),
-                            created_at=_dt(row[3]),  # type: ignore[arg-type]
+                            created_at=_dt(row[3]),
                             run_count=int(row[4]))
 
 
 def _run_record(row: Any, children: Mapping[str, list[Any]]) -> RunRecord:
     return RunRecord(
         experiment_name=row[1], run_name=row[2], display_name=row[3],
-        status=RunStatus(row[4]), created_at=_dt(row[5]),  # type: ignore[arg-type]
+        status=RunStatus(row[4]), created_at=_dt(row[5]),
         ended_at=_dt(row[6]),
         parameters={n: json.loads(v) for n, v in children["run_parameters"]},
         tags={k: v for k, v in children["run_tags"]},

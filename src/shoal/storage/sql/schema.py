@@ -99,7 +99,7 @@ runs = sa.Table(
 )
 
 
-def _run_id() -> sa.Column:  # type: ignore[type-arg]
+def _run_id() -> sa.Column[int]:
     return sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"),
                      primary_key=True)
 
