@@ -17,7 +17,7 @@ app = typer.Typer(help="Show shoal's configuration.", no_args_is_help=True,
                   rich_markup_mode=None)
 
 
-def _display(key: str, value: Any) -> Any:
+def _display(key: str, value: object) -> object:
     """A setting's value as shown: URLs without passwords, env values of secrets masked."""
     if key == "EnvironmentVariables" and isinstance(value, dict):
         return mask_env(value)

@@ -16,6 +16,8 @@ from shoal.cli._context import emit, err, out, state
 from shoal.cli._render import format_time, key_values, listing, mask_env, print_json, shorten
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from shoal.core.endpoints import EndpointRecord
 
 __all__ = ["app", "endpoint_json", "register_serve", "serve"]
@@ -31,7 +33,7 @@ _STYLES = {"Creating": "cyan", "InService": "green", "Updating": "blue",
            "Restarting": "yellow"}
 
 
-def _status(status: str) -> Any:
+def _status(status: str) -> Text:
     from rich.text import Text
 
     return Text(str(status), style=_STYLES.get(str(status), ""))

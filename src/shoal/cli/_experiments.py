@@ -20,6 +20,10 @@ from shoal.cli._render import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
     from shoal.core.experiments import MetricSummary, RunRecord
     from shoal.core.ports import MetricStore, RunStore
 
@@ -35,7 +39,7 @@ _RUN_STYLES = {"InProgress": "blue", "Completed": "green", "Failed": "bold red",
                "Stopped": "yellow"}
 
 
-def _status(status: str) -> Any:
+def _status(status: str) -> Text:
     from rich.text import Text
 
     return Text(str(status), style=_RUN_STYLES.get(str(status), ""))
@@ -193,7 +197,7 @@ def _find_run(store: RunStore, run: str) -> RunRecord:
     return found[0]
 
 
-def _run_rows(r: RunRecord) -> list[tuple[str, Any]]:
+def _run_rows(r: RunRecord) -> list[tuple[str, RenderableType]]:
     duration = None if r.ended_at is None else (r.ended_at - r.created_at).total_seconds()
     return [("experiment", r.experiment_name), ("run", r.run_name),
             ("display name", r.display_name or "-"), ("status", _status(r.status)),
@@ -201,17 +205,17 @@ def _run_rows(r: RunRecord) -> list[tuple[str, Any]]:
             ("duration", format_duration(duration))]
 
 
-def _none() -> Any:
+def _none() -> Text:
     from rich.text import Text
 
     return Text("(none)", style="dim")
 
 
-def _or_none(rows: list[tuple[str, Any]]) -> Any:
+def _or_none(rows: list[tuple[str, RenderableType]]) -> Table | Text:
     return key_values(rows) if rows else _none()
 
 
-def _artifacts(r: RunRecord) -> Any:
+def _artifacts(r: RunRecord) -> Table | Text:
     if not r.artifacts:
         return _none()
     table = listing("name", "direction", "type", "value", wrap=("value",))
@@ -221,7 +225,7 @@ def _artifacts(r: RunRecord) -> Any:
     return table
 
 
-def metrics_table(summaries: list[MetricSummary]) -> Any:
+def metrics_table(summaries: list[MetricSummary]) -> Table:
     """METRIC, COUNT, MIN, MAX, AVG, LAST: one row per series."""
     numbers = ("count", "min", "max", "avg", "last")
     table = listing("metric", *numbers, right=numbers)
