@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from shoal.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["S3Downloader", "S3Uploader", "is_s3_url", "parse_s3_url", "s3_path_join"]
 
@@ -49,7 +52,7 @@ def s3_path_join(*args: str, with_end_slash: bool = False) -> str:
     return out + "/" if with_end_slash and not out.endswith("/") else out
 
 
-def _session(given: Any) -> Any:
+def _session(given: Session | None) -> Session:
     from shoal.session import Session, current
 
     return given if isinstance(given, Session) else current()
@@ -62,7 +65,7 @@ def _url(uri: Any, name: str) -> str:
     return uri
 
 
-def _kms(session: Any, kms_key: str | None) -> None:
+def _kms(session: Session, kms_key: str | None) -> None:
     if kms_key:
         session.report_inert("kms_key", f"kms_key={kms_key!r} has no effect on this store")
 
@@ -72,7 +75,7 @@ class S3Uploader:
 
     @staticmethod
     def upload(local_path: str | os.PathLike[str], desired_s3_uri: str,
-               kms_key: str | None = None, sagemaker_session: Any = None,
+               kms_key: str | None = None, sagemaker_session: Session | None = None,
                callback: Any = None) -> str:
         """Upload a file (to ``<uri>/<name>``) or a directory (its files under ``<uri>/``);
         return the URI."""
@@ -85,7 +88,7 @@ class S3Uploader:
     @staticmethod
     def upload_string_as_file_body(body: str, desired_s3_uri: str | None = None,
                                    kms_key: str | None = None,
-                                   sagemaker_session: Any = None) -> str:
+                                   sagemaker_session: Session | None = None) -> str:
         """Write *body* (text) as the object *desired_s3_uri*; return the URI."""
         from shoal.storage.transfer import write_bytes
 
@@ -94,7 +97,7 @@ class S3Uploader:
 
     @staticmethod
     def upload_bytes(b: bytes | io.BytesIO, s3_uri: str, kms_key: str | None = None,
-                     sagemaker_session: Any = None) -> str:
+                     sagemaker_session: Session | None = None) -> str:
         """Write *b* (bytes or a BytesIO) as the object *s3_uri*; return the URI."""
         from shoal.storage.transfer import write_bytes
 
@@ -108,7 +111,7 @@ class S3Downloader:
 
     @staticmethod
     def download(s3_uri: str, local_path: str | os.PathLike[str], kms_key: str | None = None,
-                 sagemaker_session: Any = None) -> list[str]:
+                 sagemaker_session: Session | None = None) -> list[str]:
         """Copy the object, or every object under the prefix, into *local_path*; return the
         local paths."""
         from shoal.storage.transfer import download
@@ -117,21 +120,21 @@ class S3Downloader:
         return download(_url(s3_uri, "s3_uri"), local_path)
 
     @staticmethod
-    def read_file(s3_uri: str, sagemaker_session: Any = None) -> str:
+    def read_file(s3_uri: str, sagemaker_session: Session | None = None) -> str:
         """The object's body as UTF-8 text."""
         from shoal.storage.transfer import read_bytes
 
         return read_bytes(_url(s3_uri, "s3_uri")).decode("utf-8")
 
     @staticmethod
-    def read_bytes(s3_uri: str, sagemaker_session: Any = None) -> bytes:
+    def read_bytes(s3_uri: str, sagemaker_session: Session | None = None) -> bytes:
         """The object's body."""
         from shoal.storage.transfer import read_bytes
 
         return read_bytes(_url(s3_uri, "s3_uri"))
 
     @staticmethod
-    def list(s3_uri: str, sagemaker_session: Any = None) -> list[str]:
+    def list(s3_uri: str, sagemaker_session: Session | None = None) -> list[str]:
         """The URIs of the objects under *s3_uri*, sorted."""
         from shoal.storage.transfer import list_files
 

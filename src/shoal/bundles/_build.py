@@ -51,6 +51,8 @@ from shoal.errors import AlreadyExistsError, InvalidArgumentError
 if TYPE_CHECKING:
     import numpy as np
 
+    from shoal.session import Session
+
 __all__ = ["BundleRecord", "BundleWarning", "build_bundle", "check_size"]
 
 #: int8 weights by default once the float32 Conv/Gemm/MatMul weights reach this size.
@@ -93,7 +95,7 @@ BUNDLE_MODULES = ("numpy", "onnx", "onnxruntime")
 
 
 def build_bundle(model: str | os.PathLike[str], *, target: BundleTarget | str,
-                 output: str | os.PathLike[str], force: bool = False, session: Any = None,
+                 output: str | os.PathLike[str], force: bool = False, session: Session | None = None,
                  **options: Any) -> BundleRecord:
     """Build a deployment bundle of *model* for *target* at *output* (a directory or a .zip).
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shoal._internal.extras import require
 from shoal.bundles._options import (
@@ -26,6 +26,8 @@ from shoal.errors import (
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from shoal.session import Session
 
 __all__ = ["SourceModel", "fetch", "load"]
 
@@ -58,7 +60,7 @@ class SourceModel:
     reference: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
 
 
-def fetch(model: str | os.PathLike[str], *, workdir: Path, session: Any = None) -> Path:
+def fetch(model: str | os.PathLike[str], *, workdir: Path, session: Session | None = None) -> Path:
     """A local directory or file holding the model named by *model*."""
     text = os.fspath(model)
     path = Path(text).expanduser()
@@ -73,7 +75,7 @@ def fetch(model: str | os.PathLike[str], *, workdir: Path, session: Any = None) 
                         "training job's name", model=text)
 
 
-def _current(session: Any) -> Any:
+def _current(session: Session | None) -> Session:
     if session is not None:
         return session
     from shoal.session import current
@@ -81,7 +83,7 @@ def _current(session: Any) -> Any:
     return current()
 
 
-def _job_model_data(name: str, session: Any) -> str:
+def _job_model_data(name: str, session: Session | None) -> str:
     from shoal.core.jobs import JobStatus, TrainingSpec
 
     session = _current(session)
@@ -104,7 +106,7 @@ def _job_model_data(name: str, session: Any) -> str:
     return training.model_data(name, str(session.artifacts.root))
 
 
-def _download(uri: str, workdir: Path, session: Any) -> Path:
+def _download(uri: str, workdir: Path, session: Session | None) -> Path:
     from shoal.storage import FsspecArtifactStore
 
     parent, _, name = uri.rstrip("/").rpartition("/")
@@ -119,7 +121,7 @@ def _download(uri: str, workdir: Path, session: Any) -> Path:
     return local
 
 
-def _unpack(path: Path, workdir: Path, session: Any) -> Path:
+def _unpack(path: Path, workdir: Path, session: Session | None) -> Path:
     from shoal._internal.archives import ExtractLimits, extract_tar
 
     if not path.name.endswith(_TARBALL):

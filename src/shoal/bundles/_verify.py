@@ -20,13 +20,17 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import require
 from shoal.bundles._build import BUNDLE_MODULES, MIN_AGREEMENT, check_size
 from shoal.bundles._model import Parity, compare
 from shoal.bundles._options import BundleTarget, parse_target
 from shoal.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from shoal.envs import UvEnvBuilder
+    from shoal.session import Session
 
 __all__ = ["VerifyCheck", "VerifyReport", "verify_bundle"]
 
@@ -76,7 +80,7 @@ class _Request:
 
 
 def verify_bundle(path: str | os.PathLike[str], *, env_root: str | os.PathLike[str] | None = None,
-                  session: Any = None, timeout: float = 180.0) -> VerifyReport:
+                  session: Session | None = None, timeout: float = 180.0) -> VerifyReport:
     """Install *path*'s requirements into a fresh virtualenv, load it as its platform would,
     send sample requests and compare the answers with the source model.
 
@@ -118,7 +122,8 @@ def verify_bundle(path: str | os.PathLike[str], *, env_root: str | os.PathLike[s
                         run_seconds, installed, tuple(notes))
 
 
-def _builder(env_root: str | os.PathLike[str] | None, session: Any) -> Any:
+def _builder(env_root: str | os.PathLike[str] | None, session: Session | None
+             ) -> UvEnvBuilder:
     from shoal.envs import UvEnvBuilder
 
     if env_root is not None:
@@ -127,10 +132,11 @@ def _builder(env_root: str | os.PathLike[str] | None, session: Any) -> Any:
         from shoal.session import current
 
         session = current()
-    return session.env_builder
+    builder: UvEnvBuilder = session.env_builder
+    return builder
 
 
-def _open(source: Path, tmp: Path, session: Any) -> Path:
+def _open(source: Path, tmp: Path, session: Session | None) -> Path:
     if source.is_dir():
         return source
     if not source.is_file():
