@@ -14,11 +14,15 @@ import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import become_job_process, replace_environ, run_and_exit
+
+if TYPE_CHECKING:
+    import socket
 
 __all__ = ["ExecProcess", "ForkedProcess", "JobProcess", "killpg"]
 
@@ -125,17 +129,17 @@ def killpg(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-_LIBC: Any = None
+_LIBC: ctypes.CDLL | None = None
 
 
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL:
     global _LIBC
     if _LIBC is None:
         _LIBC = ctypes.CDLL(None)
     return _LIBC
 
 
-def _limits(memory_mib: int | None) -> Any:
+def _limits(memory_mib: int | None) -> Callable[[], None]:
     libc = _libc()  # loaded in the parent: a forked child pays nothing for it
 
     def apply() -> None:
@@ -267,7 +271,8 @@ def ensure_zygote(python: str, pythonpath: tuple[str, ...], run_dir: Path,
 class WarmExecutor:
     """A persistent process that runs a warm pool's jobs in-process (``_executor.py``)."""
 
-    def __init__(self, pid: int, ctrl: Any, out_fd: int, memory_mib: int | None) -> None:
+    def __init__(self, pid: int, ctrl: socket.socket, out_fd: int, memory_mib: int | None
+                 ) -> None:
         self.pid, self._ctrl, self.out_fd = pid, ctrl, out_fd
         self._memory = memory_mib
         self.alive = True
@@ -304,7 +309,7 @@ class WarmExecutor:
         return self.alive and memory_mib == self._memory
 
     @property
-    def ctrl(self) -> Any:
+    def ctrl(self) -> socket.socket:
         """The control socket: requests go out on it and answers come back (batches)."""
         return self._ctrl
 

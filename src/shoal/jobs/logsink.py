@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
 
 from shoal.core.ports import ArtifactStore
 from shoal.core.secrets import StreamRedactor
 
 __all__ = ["LogSink", "StdoutSink"]
+
+if TYPE_CHECKING:
+    from shoal.core.ports import ArtifactStore
 
 
 class LogSink:
@@ -22,7 +25,7 @@ class LogSink:
         local = artifacts.local_path(key)
         self._direct = local is not None
         self._path = Path(local) if local is not None else spool
-        self._f_obj: Any = None  # opened at the first write: a silent job writes no file
+        self._f_obj: BinaryIO | None = None  # opened at the first write: a silent job writes no file
         self._interval = interval
         self._dirty = False
         self._last_flush = 0.0
@@ -47,7 +50,7 @@ class LogSink:
         self._dirty = True
 
     @property
-    def _f(self) -> Any:
+    def _f(self) -> BinaryIO:
         if self._f_obj is None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             self._f_obj = open(self._path, "ab")  # noqa: SIM115 - lives as long as the job

@@ -13,10 +13,16 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import InvalidArgumentError, ModelNotFound, RuntimeEnvError
 from shoal.llm._options import FineTuneMethod, FineTuneOptions
+
+if TYPE_CHECKING:
+    import types
+
+    import torch
+    from peft import LoraConfig
 
 __all__ = ["check_target_modules", "linear_layer_names", "load_for_training", "lora_config",
            "resolve_base_model", "resolve_dtype"]
@@ -129,7 +135,7 @@ def _from_hub(repo_id: str, hub_cache: str | None, offline: bool | None) -> Path
 
 # --- loading -------------------------------------------------------------------------------
 
-def resolve_dtype(name: str, device: str) -> Any:
+def resolve_dtype(name: str, device: str) -> torch.dtype:
     """A torch dtype for an option value (``auto`` depends on the device)."""
     import torch
 
@@ -141,7 +147,7 @@ def resolve_dtype(name: str, device: str) -> Any:
             "float16": torch.float16}[name]
 
 
-def check_bitsandbytes(device: str) -> Any:
+def check_bitsandbytes(device: str) -> types.ModuleType:
     """bitsandbytes, or a RuntimeEnvError that says why qlora cannot run and suggests lora."""
     try:
         import bitsandbytes
@@ -232,7 +238,7 @@ def check_target_modules(model: Any, wanted: tuple[str, ...] | None) -> list[str
     return list(wanted)
 
 
-def lora_config(opts: FineTuneOptions, targets: list[str]) -> Any:
+def lora_config(opts: FineTuneOptions, targets: list[str]) -> LoraConfig:
     from peft import LoraConfig
 
     return LoraConfig(r=opts.r, lora_alpha=opts.lora_alpha, lora_dropout=opts.lora_dropout,

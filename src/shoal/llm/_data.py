@@ -13,10 +13,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import InvalidArgumentError
 from shoal.llm._options import DataFormat, FineTuneOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
 
 __all__ = ["Examples", "detect_format", "load_records", "prepare"]
 
@@ -265,11 +270,11 @@ def split(records: list[dict[str, Any]], fraction: float, seed: int
             [r for i, r in enumerate(records) if i in held])
 
 
-def collate(pad_id: int) -> Any:
+def collate(pad_id: int) -> Callable[[list[dict[str, list[int]]]], dict[str, torch.Tensor]]:
     """A collator that pads a batch to its longest sequence (labels with -100)."""
     import torch
 
-    def collate_batch(batch: list[dict[str, list[int]]]) -> dict[str, Any]:
+    def collate_batch(batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         width = max(len(b["input_ids"]) for b in batch)
         ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)

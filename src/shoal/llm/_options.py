@@ -13,7 +13,7 @@ import json
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from shoal.errors import InvalidArgumentError
 
@@ -45,7 +45,10 @@ LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "cons
 TORCH_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def _knob(default: Any, help: str, **more: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _knob(default: _T, help: str, **more: object) -> _T:
     return field(default=default, metadata={"help": help, **more})
 
 

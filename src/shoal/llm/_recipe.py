@@ -17,12 +17,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from shoal._internal.extras import require
 from shoal.errors import InvalidArgumentError
 from shoal.llm import _base, _data, _export
 from shoal.llm._options import DataFormat, FineTuneMethod, FineTuneOptions
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 __all__ = ["FineTuneResult", "finetune", "latest_checkpoint"]
 
@@ -121,7 +124,7 @@ def finetune(base_model: str | os.PathLike[str], train_data: str | os.PathLike[s
     with _CheckpointDir(checkpoint_dir) as ckpt:
         trained = _train(model, tokenizer, train, val, opts, device, ckpt,
                          _find_run(run), stream or sys.stdout)
-        model.save_pretrained(adapter_dir)
+        model.save_pretrained(str(adapter_dir))
     del model
     merged_dtype = _export.merge_and_save(base_path=base_path, adapter_dir=adapter_dir,
                                           output_dir=out, tokenizer=tokenizer, opts=opts,
@@ -270,7 +273,8 @@ def _train(model: Any, tokenizer: Any, train: _data.Examples, val: _data.Example
             "resumed_from": resume.name if resume else None}
 
 
-def _training_args(opts: FineTuneOptions, device: str, ckpt: Path, has_eval: bool) -> Any:
+def _training_args(opts: FineTuneOptions, device: str, ckpt: Path, has_eval: bool
+                   ) -> TrainingArguments:
     import torch
     from transformers import TrainingArguments
 
