@@ -1,7 +1,8 @@
 """Settings (``SHOAL_*`` environment) and the SageMaker-schema defaults files.
 
-The only module besides the in-job entry point that reads ``os.environ``. Nothing here runs at
-import time; ``Settings()`` and ``load_defaults()`` read when called.
+The only module (with its settings model, ``shoal._internal.settings``) besides the in-job entry
+point that reads ``os.environ``. Nothing here runs at import time; ``Settings()`` and
+``load_defaults()`` read when called.
 
 Defaults files use SageMaker's schema, so an existing SageMaker config works unchanged::
 
@@ -22,9 +23,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shoal._internal.settings import Settings as SettingsModel
 
 __all__ = [
     "REMOTE_FUNCTION_KEYS",
@@ -46,114 +50,22 @@ __all__ = [
 ]
 
 
-def _settings_class() -> type[Any]:
-    # pydantic-settings costs ~0.2 s to import; build the class on first use only.
-    global _SETTINGS_CLS
-    if _SETTINGS_CLS is not None:
-        return _SETTINGS_CLS
-    from pydantic import Field, PrivateAttr
-    from pydantic_settings import BaseSettings, SettingsConfigDict
+def _settings_class() -> type[SettingsModel]:
+    # pydantic-settings costs ~0.2 s to import: its module is imported on first use only.
+    from shoal._internal.settings import Settings as SettingsModel
 
-    from shoal._internal.archives import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_EXTRACT_FILES
-
-    class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
-        model_config = SettingsConfigDict(env_prefix="SHOAL_", env_nested_delimiter="__",
-                                          extra="forbid")
-        home: Path = Field(default_factory=lambda: Path.home() / ".shoal")
-        metadata_url: str | None = None
-        artifact_url: str | None = None
-        backend: str = "local"
-        #: Ray backend: the cluster (``auto``, ``host:6379``, ``ray://host:10001``), custom
-        #: resources every job asks for, and the namespace of the jobs' actors.
-        ray_address: str = "auto"
-        ray_resources: dict[str, float] = Field(default_factory=dict)
-        ray_namespace: str = "shoal"
-        #: Endpoints on the Ray backend (Ray Serve): where Serve's HTTP proxies listen when
-        #: shoal starts Serve (a cluster that already runs Serve keeps its own), and on which
-        #: nodes ("HeadOnly", "EveryNode"). Loopback by default: nothing is exposed.
-        ray_serve_host: str = "127.0.0.1"
-        ray_serve_port: int = Field(default=8000, ge=1, le=65535)
-        ray_serve_proxy_location: Literal["HeadOnly", "EveryNode"] = "HeadOnly"
-        #: Token of a cluster with token authentication; default: the one 'shoal ray up'
-        #: wrote under this home (``ray/auth_token``), if any.
-        ray_auth_token_file: Path | None = None
-        #: Ray backend: how long a warm supervisor actor waits for the next job when a
-        #: ``@remote`` or ``RemoteExecutor`` job sets no ``keep_alive_period_in_seconds``
-        #: (it holds its resources meanwhile); 0 gives every such job an actor of its own.
-        ray_keep_alive_seconds: int = Field(default=60, ge=0, le=3600)
-        max_slots: int | None = None
-        launch_mode: Literal["forkserver", "spawn"] = "forkserver"
-        launcher_idle_seconds: float = 600.0
-        job_process: Literal["fork", "exec"] = "fork"
-        env_resolve_ttl_seconds: float = 24 * 3600.0
-        zygote_idle_seconds: float = 300.0
-        #: Framework estimators: a framework_version or py_version that cannot run as asked
-        #: here is an error instead of running the nearest that can (with a notice).
-        strict_versions: bool = False
-        #: The most one archive (model.tar.gz, a job's source, a workdir, a bundle) may
-        #: expand to when shoal extracts it, in bytes and in members; checked while
-        #: extracting, so a decompression bomb stops at the cap and leaves nothing behind.
-        max_extract_bytes: int = Field(default=DEFAULT_MAX_EXTRACT_BYTES, ge=1)
-        max_extract_files: int = Field(default=DEFAULT_MAX_EXTRACT_FILES, ge=1)
-        #: How often a running job's checkpoints (an estimator's ``checkpoint_s3_uri``, a
-        #: ``@remote`` function's ``CheckpointLocation``) are synced to their URI.
-        checkpoint_sync_seconds: float = Field(default=5.0, gt=0)
-        admin_config_override: Path | None = None
-        user_config_override: Path | None = None
-        #: The user's secret, from which every job's keys derive (kept outside the stores;
-        #: default ``$XDG_CONFIG_HOME/shoal/user-secret``).
-        user_secret_file: Path | None = None
-        _explicit: frozenset[str] = PrivateAttr(default=frozenset())
-
-        def resolved_metadata_url(self) -> str:
-            return self.metadata_url or f"sqlite:///{self.home / 'shoal.db'}"
-
-        def resolved_artifact_url(self) -> str:
-            return self.artifact_url or f"file://{self.home / 'artifacts'}"
-
-        def admin_config_path(self) -> Path:
-            """``SHOAL_ADMIN_CONFIG_OVERRIDE``, else SageMaker's
-            ``SAGEMAKER_ADMIN_CONFIG_OVERRIDE``, else the default admin file."""
-            return self.admin_config_override or _sagemaker_override(
-                "SAGEMAKER_ADMIN_CONFIG_OVERRIDE") or default_admin_config_path()
-
-        def user_config_path(self) -> Path:
-            """``SHOAL_USER_CONFIG_OVERRIDE``, else SageMaker's
-            ``SAGEMAKER_USER_CONFIG_OVERRIDE``, else the default user file."""
-            return self.user_config_override or _sagemaker_override(
-                "SAGEMAKER_USER_CONFIG_OVERRIDE") or default_user_config_path()
-
-        def user_secret_path(self) -> Path:
-            return self.user_secret_file or default_user_secret_path()
-
-        def sources(self) -> dict[str, str]:
-            """Where each setting came from: ``argument``, ``env SHOAL_X`` or ``default``."""
-            out = {}
-            for name in type(self).model_fields:
-                env = f"SHOAL_{name.upper()}"
-                if name in self._explicit:
-                    out[name] = "argument"
-                elif name in self.model_fields_set and env in os.environ:
-                    out[name] = f"env {env}"
-                elif name in self.model_fields_set:
-                    out[name] = "argument"
-                else:
-                    out[name] = "default"
-            return out
-
-    _SETTINGS_CLS = Settings
-    return Settings
+    return SettingsModel
 
 
-_SETTINGS_CLS: type[Any] | None = None
-
-
-def Settings(**kwargs: Any) -> Any:  # noqa: N802 - a factory that stands where the class would
+def Settings(**kwargs: Any) -> SettingsModel:  # noqa: N802 - a factory that stands where the class would
     """Build settings: keyword arguments > ``SHOAL_*`` environment > defaults.
 
     Example:
         >>> Settings(home="/tmp/shoal-home").resolved_metadata_url()
         'sqlite:////tmp/shoal-home/shoal.db'
+
+    *kwargs* are any of the model's fields (``shoal._internal.settings``), each of its own
+    type: pydantic validates them.
     """
     from pydantic import ValidationError
 
