@@ -138,7 +138,7 @@ def _name_matches(pattern: str, name: str, rel_dir: str) -> bool:
     return fnmatch.fnmatch(subject, pattern)
 
 
-def _filter_identity(file_filter: Any) -> Any:
+def _filter_identity(file_filter: object) -> tuple[str, object]:
     if hasattr(file_filter, "ignore_name_patterns"):
         return ("patterns", tuple(file_filter.ignore_name_patterns))
     return ("object", file_filter) if isinstance(file_filter, Hashable) else ("id", id(file_filter))

@@ -17,10 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import install_hint, needs_extra, require
 from shoal.errors import InvalidArgumentError, ModelExportError, ModelVerificationError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["OutputComparison", "VerificationReport", "export", "export_sklearn", "verify"]
 
@@ -238,11 +241,11 @@ def _reference_outputs(reference: Any, arrays: list[Any], out_names: list[str]) 
     return [_to_numpy(x) for x in _as_tuple(result)]
 
 
-def _to_numpy(x: Any) -> Any:
+def _to_numpy(x: object) -> np.ndarray:
     import numpy as np
 
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
-        return x.detach().cpu().numpy()
+        return np.asarray(x.detach().cpu().numpy())
     return np.asarray(x)
 
 

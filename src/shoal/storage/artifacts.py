@@ -12,7 +12,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from shoal._internal.extras import require_for_url
 from shoal.errors import ArtifactNotFound, ArtifactStoreError
@@ -228,7 +228,7 @@ def _makedirs(path: str) -> None:
         os.mkdir(path, 0o700)
 
 
-def _create_private(path: str) -> Any:
+def _create_private(path: str) -> BinaryIO:
     """A new file open for writing, mode 0600 whatever the umask (payloads, results and
     logs are the user's alone)."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
