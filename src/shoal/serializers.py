@@ -73,7 +73,8 @@ class JSONSerializer(SimpleBaseSerializer):
         if isinstance(data, dict):
             return json.dumps({k: v.tolist() if _is_ndarray(v) else v for k, v in data.items()})
         if hasattr(data, "read"):
-            return data.read()  # type: ignore[no-any-return]
+            text: str = data.read()  # a file object's text, sent as it is
+            return text
         if _is_ndarray(data):
             return json.dumps(data.tolist())
         try:
@@ -93,7 +94,8 @@ class CSVSerializer(SimpleBaseSerializer):
         if (given := _text_as_given(data)) is not None:
             return given
         if hasattr(data, "to_csv"):  # a pandas DataFrame
-            return data.to_csv(header=False, index=False).rstrip("\n")  # type: ignore[no-any-return]
+            csv_text: str = data.to_csv(header=False, index=False)
+            return csv_text.rstrip("\n")
         if _is_ndarray(data) and data.ndim > 1:
             data = data.tolist()
         if _is_sequence(data) and len(data) and all(_is_sequence(row) for row in data):
@@ -135,7 +137,8 @@ class NumpySerializer(SimpleBaseSerializer):
         import numpy as np
 
         if hasattr(data, "read"):
-            return data.read()  # type: ignore[no-any-return]
+            body: bytes = data.read()  # a file object's .npy bytes, sent as they are
+            return body
         if isinstance(data, np.ndarray):
             array = data if self.dtype is None else data.astype(self.dtype)
         else:
@@ -162,7 +165,7 @@ class IdentitySerializer(SimpleBaseSerializer):
     def __init__(self, content_type: str = "application/octet-stream") -> None:
         super().__init__(content_type)
 
-    def serialize(self, data: Any) -> Any:
+    def serialize(self, data: Any) -> Any:  # SageMaker's: whatever is given goes as the body
         return data
 
 
@@ -264,5 +267,6 @@ def _text_as_given(data: Any) -> str | None:
     if isinstance(data, str):
         return data
     if hasattr(data, "read"):
-        return data.read()  # type: ignore[no-any-return]
+        text: str = data.read()
+        return text
     return None
