@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from shoal.core.ports import MetadataStore
 
 __all__ = ["complete_endpoint", "complete_experiment", "complete_job", "complete_run"]
 
@@ -48,7 +51,7 @@ def _silent(names: Callable[[Any, typer.Context, str], list[str]]
 
 
 @_silent
-def complete_job(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
+def complete_job(store: MetadataStore, ctx: typer.Context, incomplete: str) -> list[str]:
     from shoal.core.ports import JobQuery
 
     return [r.name for r in store.list_jobs(JobQuery(name_prefix=incomplete or None,
@@ -56,12 +59,12 @@ def complete_job(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 @_silent
-def complete_experiment(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
+def complete_experiment(store: MetadataStore, ctx: typer.Context, incomplete: str) -> list[str]:
     return [e.name for e in store.list_experiments()][:_LIMIT]
 
 
 @_silent
-def complete_run(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
+def complete_run(store: MetadataStore, ctx: typer.Context, incomplete: str) -> list[str]:
     experiment = ctx.params.get("experiment")
     names = [experiment] if experiment else [e.name for e in store.list_experiments()]
     runs = [r.run_name for name in names for r in store.list_runs(name)]
@@ -69,5 +72,5 @@ def complete_run(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 @_silent
-def complete_endpoint(store: Any, ctx: typer.Context, incomplete: str) -> list[str]:
+def complete_endpoint(store: MetadataStore, ctx: typer.Context, incomplete: str) -> list[str]:
     return [e.name for e in store.list_endpoints()][:_LIMIT]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from shoal.cli._context import emit, out, state
 from shoal.cli._render import key_values, mask_env
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["app"]
 
@@ -47,7 +50,7 @@ def _settings_rows(settings: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _files(session: Any, extra: list[Path]) -> list[dict[str, Any]]:
+def _files(session: Session, extra: list[Path]) -> list[dict[str, Any]]:
     used = set(session.defaults.files)
     candidates = [("admin", session.settings.admin_config_path()),
                   ("user", session.settings.user_config_path())]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.text import Text
@@ -26,6 +26,9 @@ from shoal.core.ports import JobQuery
 from shoal.errors import JobFailedError
 from shoal.remote_function import get_future
 from shoal.session import current, use
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["run_demo"]
 
@@ -60,7 +63,7 @@ def _show(record: JobRecord, result: Any = None, *, show_result: bool = True) ->
 
 
 @contextlib.contextmanager
-def _new_job(session: Any, prefix: str) -> Iterator[Callable[[], JobRecord]]:
+def _new_job(session: Session, prefix: str) -> Iterator[Callable[[], JobRecord]]:
     """Yield a getter for the newest job named *prefix*-... created inside the block."""
     since = datetime.now(UTC)
 
@@ -117,7 +120,7 @@ def run_demo() -> None:
                      f"shoal {state.home_option()}jobs list", style="bold green"))
 
 
-def _divide(session: Any) -> tuple[Callable[..., Any], str]:
+def _divide(session: Session) -> tuple[Callable[..., Any], str]:
     _heading(1, "@remote(instance_type='ml.m5.xlarge') def divide(x, y)")
     with _new_job(session, "divide") as job:
         @remote(instance_type="ml.m5.xlarge")
@@ -129,7 +132,7 @@ def _divide(session: Any) -> tuple[Callable[..., Any], str]:
     return divide, record.name
 
 
-def _matrix_multiply(session: Any) -> None:
+def _matrix_multiply(session: Session) -> None:
     _heading(2, "@remote(instance_type='ml.m5.large') with numpy")
     with _new_job(session, "matrix-multiply") as job:
         @remote(instance_type="ml.m5.large")
@@ -155,7 +158,7 @@ def _executor() -> None:
         _show(service.get(future.job_name), future.result())
 
 
-def _failure(session: Any, divide: Callable[..., Any]) -> None:
+def _failure(session: Session, divide: Callable[..., Any]) -> None:
     _heading(4, "a failing call: divide(1, 0)")
     with _new_job(session, "divide") as job:
         try:
@@ -178,7 +181,7 @@ def _failure(session: Any, divide: Callable[..., Any]) -> None:
     out().print(Text(f"   failure: {record.failure_kind}: {record.failure_reason}", style="red"))
 
 
-def _config_file(session: Any) -> None:
+def _config_file(session: Session) -> None:
     _heading(5, "a SageMaker config file: @remote with no arguments")
     with tempfile.TemporaryDirectory(prefix="shoal-demo-") as tmp, contextlib.chdir(tmp):
         # Dependencies: ./requirements.txt is relative to the working directory, as on SageMaker.

@@ -16,13 +16,16 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.text import Text
 
 from shoal.cli._bundle import size_text
 from shoal.cli._context import out, state
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["run_bundle_demo"]
 
@@ -31,7 +34,7 @@ def _note(text: str, style: str = "dim") -> None:
     out().print(Text(f"   {text}", style=style))
 
 
-def _trained_model(session: Any, since: datetime, tmp: Path) -> tuple[str, str, Path | None]:
+def _trained_model(session: Session, since: datetime, tmp: Path) -> tuple[str, str, Path | None]:
     """(model_data, where it came from, test digits as .npy or None)."""
     from shoal.core.jobs import JobStatus
     from shoal.core.ports import JobQuery
@@ -89,7 +92,7 @@ def _packages_cached(requirements: Path) -> bool:
     return done.returncode == 0
 
 
-def run_bundle_demo(session: Any, number: int, since: datetime) -> None:
+def run_bundle_demo(session: Session, number: int, since: datetime) -> None:
     from shoal.bundles import BundleWarning, verify_bundle
     from shoal.model import Model
 

@@ -14,12 +14,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.text import Text
 
 from shoal.cli._context import out, state
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["run_endpoint_demo"]
 
@@ -41,7 +44,7 @@ class _DemoModel:
     labels: np.ndarray
 
 
-def _trained_cnn(session: Any, since: datetime, tmp: Path) -> _DemoModel | None:
+def _trained_cnn(session: Session, since: datetime, tmp: Path) -> _DemoModel | None:
     """The training section's model and its test channel, when that section ran."""
     from shoal.core.jobs import JobStatus
     from shoal.core.ports import JobQuery
@@ -103,7 +106,7 @@ def _labels(answer: Any) -> np.ndarray:
     return array.argmax(axis=1) if array.ndim == 2 else array.astype(int).reshape(-1)
 
 
-def run_endpoint_demo(session: Any, number: int, since: datetime) -> None:
+def run_endpoint_demo(session: Session, number: int, since: datetime) -> None:
     from shoal.deserializers import JSONDeserializer
     from shoal.model import Model
     from shoal.serializers import NumpySerializer

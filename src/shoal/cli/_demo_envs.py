@@ -11,13 +11,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from shoal import RemoteExecutor, remote
 from shoal.cli._context import out, state
 from shoal.core.ports import JobQuery
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["run_env_demo"]
 
@@ -31,7 +34,7 @@ def _note(text: str) -> None:
     out().print(Text(f"   {text}", style="dim"))
 
 
-def run_env_demo(session: Any, first: int) -> None:
+def run_env_demo(session: Session, first: int) -> None:
     with tempfile.TemporaryDirectory(prefix="shoal-demo-env-") as tmp, contextlib.chdir(tmp):
         _dependencies(session, first, Path(tmp))
         _workdir(session, first + 1, Path(tmp))
@@ -39,7 +42,7 @@ def run_env_demo(session: Any, first: int) -> None:
         _warm(session, first + 3)
 
 
-def _dependencies(session: Any, number: int, tmp: Path) -> None:
+def _dependencies(session: Session, number: int, tmp: Path) -> None:
     _heading(number, "dependencies='requirements.txt': an isolated uv environment, cached by lock")
     (tmp / "requirements.txt").write_text("six==1.16.0\n")
 
@@ -60,7 +63,7 @@ def _dependencies(session: Any, number: int, tmp: Path) -> None:
     _note(f"environments: shoal {state.home_option()}envs list")
 
 
-def _workdir(session: Any, number: int, tmp: Path) -> None:
+def _workdir(session: Session, number: int, tmp: Path) -> None:
     _heading(number, "include_local_workdir=True: a local module and a data file travel along")
     (tmp / "my_features.py").write_text("def scale(rows):\n    return [2 * r for r in rows]\n")
     (tmp / "data.csv").write_text("1\n2\n3\n")
@@ -85,7 +88,7 @@ def _workdir(session: Any, number: int, tmp: Path) -> None:
     _note(f"result {result}; files in the job's working directory: {files}")
 
 
-def _pre_execution(session: Any, number: int) -> None:
+def _pre_execution(session: Session, number: int) -> None:
     _heading(number, "pre_execution_commands: run before the function, output in the job's log")
 
     @remote(pre_execution_commands=["echo preparing the job", "uname -s"])
@@ -95,7 +98,7 @@ def _pre_execution(session: Any, number: int) -> None:
     _note(f"result {ready()!r}")
 
 
-def _warm(session: Any, number: int) -> None:
+def _warm(session: Session, number: int) -> None:
     _heading(number, "keep_alive_period_in_seconds=60: warm workers take the next call")
 
     def add(a: int, b: int) -> int:

@@ -15,19 +15,22 @@ import tempfile
 import time
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from shoal._internal.archives import extract_tar
 from shoal.cli._context import out, state
 
+if TYPE_CHECKING:
+    from shoal.session import Session
+
 __all__ = ["run_llm_demo"]
 
 _QUESTION = "What is 2 plus 3?"
 
 
-def run_llm_demo(session: Any, number: int) -> None:
+def run_llm_demo(session: Session, number: int) -> None:
     out().print()
     out().print(Text(f"{number}. FineTuner(method='lora'): fine-tune a tiny Llama on shoal's "
                      "instruction set", style="bold cyan"))

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
@@ -27,6 +27,9 @@ from shoal.cli._context import out, state
 from shoal.config import child_environ
 from shoal.core.ports import JobQuery
 from shoal.errors import ShoalError
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["run_cli_demo", "run_security_demo"]
 
@@ -47,7 +50,7 @@ def _mode(path: Path) -> str:
     return f"{stat.S_IMODE(path.stat().st_mode):04o}"
 
 
-def _cli(session: Any, *args: str, cwd: Path | None = None) -> str:
+def _cli(session: Session, *args: str, cwd: Path | None = None) -> str:
     proc = subprocess.run([sys.executable, "-m", "shoal.cli", "--home", str(session.home),
                            *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=120, cwd=cwd,
@@ -71,7 +74,7 @@ def print_in_pieces(name: str) -> str:
     return f"printed {len(value)} characters"
 
 
-def run_security_demo(session: Any, number: int) -> None:
+def run_security_demo(session: Session, number: int) -> None:
     _heading(number, "security: no job key stored, secrets masked, a private home")
     secret_file = Path(session.settings.user_secret_path())
     result = remote(print_in_pieces, environment_variables={_TOKEN_NAME: _TOKEN})(_TOKEN_NAME)
@@ -112,7 +115,7 @@ def run_security_demo(session: Any, number: int) -> None:
     _note(f"find it again: shoal {state.home_option()}jobs describe {name}")
 
 
-def _raw_row(session: Any, name: str) -> tuple[list[str], str] | None:
+def _raw_row(session: Session, name: str) -> tuple[list[str], str] | None:
     """The job's row as stored (column names, its text), for the SQLite default; else None."""
     db = Path(session.home) / "shoal.db"
     if not str(session.settings.resolved_metadata_url()).startswith("sqlite") or not db.exists():
@@ -124,7 +127,7 @@ def _raw_row(session: Any, name: str) -> tuple[list[str], str] | None:
     return columns, json.dumps(list(row), default=str)
 
 
-def run_cli_demo(session: Any, number: int) -> None:
+def run_cli_demo(session: Session, number: int) -> None:
     _heading(number, "the CLI for what runs: jobs submit, workers list, gc --dry-run")
     with tempfile.TemporaryDirectory(prefix="shoal-demo-cli-") as tmp:
         # submit ships the current directory as the job's source: an empty one here

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.text import Text
@@ -22,6 +22,9 @@ from rich.text import Text
 from shoal._internal.archives import extract_tar
 from shoal.cli._context import emit, out, state
 from shoal.cli._render import elapsed_seconds, format_duration, status_text
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["prepare_digits", "run_training_demo"]
 
@@ -78,7 +81,7 @@ def prepare_digits(root: Path, *, test_fraction: float = 0.2,
     return dirs[0], dirs[1], len(labels) - n_test, n_test
 
 
-def run_training_demo(session: Any, number: int) -> None:
+def run_training_demo(session: Session, number: int) -> None:
     _heading(number, "PyTorch(entry_point='train.py') in an experiment Run: the MNIST CNN, "
                      "2 epochs, exported to ONNX")
     with tempfile.TemporaryDirectory(prefix="shoal-demo-train-") as tmp:
@@ -159,7 +162,7 @@ def _accuracy(estimator: Any) -> None:
           "in latest_training_job.describe()['FinalMetricDataList']", style="bold")
 
 
-def _report(session: Any, estimator: Any, run_name: str) -> None:
+def _report(session: Session, estimator: Any, run_name: str) -> None:
     from shoal.cli._experiments import metrics_table
 
     job = estimator.latest_training_job

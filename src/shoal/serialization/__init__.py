@@ -105,10 +105,10 @@ def resign(payload: Payload, key: str) -> Payload:
     return Payload(payload.data, _json_dumps(meta, sort_keys=True).encode())
 
 
-_PICKLER: Any = None
+_PICKLER: type[pickle.Pickler] | None = None
 
 
-def _pickler_class() -> Any:
+def _pickler_class() -> type[pickle.Pickler]:
     """cloudpickle's Pickler, keeping each code object's file name.
 
     cloudpickle replaces ``co_filename`` with ``<dynamic-code>`` for deterministic payloads;
@@ -127,7 +127,7 @@ def _pickler_class() -> Any:
             _PICKLER = cloudpickle.Pickler
             return _PICKLER
 
-        def keep_filename(code: types.CodeType) -> Any:
+        def keep_filename(code: types.CodeType) -> tuple[object, tuple[object, ...]]:
             fn, args = reduce_code(code)
             args = tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
             return fn, args
