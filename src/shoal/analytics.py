@@ -17,6 +17,7 @@ from shoal.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from shoal.core.ports import RunStore
+    from shoal.session import Session
 
 __all__ = ["ExperimentAnalytics"]
 
@@ -44,7 +45,8 @@ class ExperimentAnalytics:
     def __init__(self, experiment_name: str | None = None, search_expression: Any = None,
                  sort_by: str | None = None, sort_order: str | None = None,
                  metric_names: Sequence[str] | None = None,
-                 parameter_names: Sequence[str] | None = None, sagemaker_session: Any = None,
+                 parameter_names: Sequence[str] | None = None,
+                 sagemaker_session: Session | None = None,
                  input_artifact_names: Sequence[str] | None = None,
                  output_artifact_names: Sequence[str] | None = None) -> None:
         if not experiment_name:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["REGISTRY", "ShoalImage", "parse_image_uri", "retrieve"]
 
@@ -75,7 +78,7 @@ def retrieve(framework: str, region: str | None = None, version: str | None = No
              hub_arn: str | None = None, tolerate_vulnerable_model: bool = False,
              tolerate_deprecated_model: bool = False, sdk_version: str | None = None,
              inference_tool: str | None = None, serverless_inference_config: Any = None,
-             sagemaker_session: Any = None, config_name: str | None = None,
+             sagemaker_session: Session | None = None, config_name: str | None = None,
              model_type: Any = None) -> str:
     """A ``shoal.local/...`` URI for *framework* at *version* (SageMaker's arguments).
 

@@ -26,9 +26,12 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from shoal.errors import ConfigError, InvalidArgumentError, StorageError
+
+if TYPE_CHECKING:
+    from shoal._internal.settings import Settings
 
 __all__ = ["DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_EXTRACT_FILES", "ExtractLimits",
            "extract_tar", "extract_zip"]
@@ -48,7 +51,7 @@ class ExtractLimits:
     max_files: int = DEFAULT_MAX_EXTRACT_FILES
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ExtractLimits:
+    def from_settings(cls, settings: Settings) -> ExtractLimits:
         return cls(int(settings.max_extract_bytes), int(settings.max_extract_files))
 
     @classmethod

@@ -81,7 +81,7 @@ class Run:
                  experiment_display_name: str | None = None,
                  run_display_name: str | None = None,
                  tags: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None,
-                 sagemaker_session: Any = None, artifact_bucket: str | None = None,
+                 sagemaker_session: Session | None = None, artifact_bucket: str | None = None,
                  artifact_prefix: str | None = None) -> None:
         self.experiment_name = check_name("experiment_name", experiment_name)
         self.run_name = (check_name("run_name", run_name) if run_name is not None
@@ -321,7 +321,7 @@ class Run:
 
 
 def load_run(run_name: str | None = None, experiment_name: str | None = None,
-             sagemaker_session: Any = None, artifact_bucket: str | None = None,
+             sagemaker_session: Session | None = None, artifact_bucket: str | None = None,
              artifact_prefix: str | None = None,
              tags: Sequence[Mapping[str, str]] | Mapping[str, str] | None = None) -> Run:
     """The run to log to (SageMaker's ``load_run``); *tags* are added to it.

@@ -18,6 +18,7 @@ from shoal.errors import InvalidArgumentError, NotFoundError
 if TYPE_CHECKING:
     from shoal.core.experiments import RunRecord
     from shoal.core.ports import RunStore
+    from shoal.session import Session
 
 __all__ = ["TrialComponent", "TrialComponentSummary", "_TrialComponent"]
 
@@ -52,7 +53,8 @@ class _TrialComponent:
     run_name: str = ""
 
     @classmethod
-    def load(cls, trial_component_name: str, sagemaker_session: Any = None) -> _TrialComponent:
+    def load(cls, trial_component_name: str, sagemaker_session: Session | None = None
+             ) -> _TrialComponent:
         """The run whose trial-component name (``<experiment>-<run>``) is given."""
         store = _store(sagemaker_session)
         for exp in store.list_experiments():
@@ -69,7 +71,7 @@ class _TrialComponent:
     @classmethod
     def list(cls, source_arn: str | None = None, created_before: datetime | None = None,
              created_after: datetime | None = None, sort_by: str | None = None,
-             sort_order: str | None = None, sagemaker_session: Any = None,
+             sort_order: str | None = None, sagemaker_session: Session | None = None,
              trial_name: str | None = None, experiment_name: str | None = None,
              max_results: int | None = None, next_token: str | None = None
              ) -> Iterator[TrialComponentSummary]:
@@ -89,7 +91,7 @@ class _TrialComponent:
 
     @classmethod
     def create(cls, trial_component_name: str, display_name: str | None = None,
-               tags: Any = None, sagemaker_session: Any = None) -> _TrialComponent:
+               tags: Any = None, sagemaker_session: Session | None = None) -> _TrialComponent:
         raise InvalidArgumentError("trial components are not created directly here; open a "
                                    "run with shoal.experiments.Run(experiment_name=..., "
                                    "run_name=...), which is one")

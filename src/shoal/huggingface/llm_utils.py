@@ -7,10 +7,13 @@ SageMaker; here it returns shoal's URI for it (``shoal.local/huggingface-llm:2.0
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shoal.errors import InvalidArgumentError
 from shoal.image_uris import retrieve
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["get_huggingface_llm_image_uri"]
 
@@ -19,8 +22,9 @@ _BACKENDS = {"huggingface": "huggingface-llm", "lmi": "djl-lmi",
              "huggingface-tei-cpu": "huggingface-tei"}
 
 
-def get_huggingface_llm_image_uri(backend: str, session: Any = None, region: str | None = None,
-                                  version: str | None = None) -> str:
+def get_huggingface_llm_image_uri(backend: str, session: Session | None = None,
+                                  region: str | None = None, version: str | None = None
+                                  ) -> str:
     """shoal's URI for the LLM container SageMaker's *backend* names."""
     framework = _BACKENDS.get(backend)
     if framework is None:

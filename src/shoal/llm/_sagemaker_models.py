@@ -40,13 +40,13 @@ class DJLPredictor(Predictor):
     """A ``Predictor`` speaking JSON to a DJL/LMI endpoint."""
 
 
-def _session_home(session: Any) -> Path:
+def _session_home(session: object) -> Path:
     from shoal.session import Session, current
 
     return (session if isinstance(session, Session) else current()).home
 
 
-def _stage_properties(properties: Mapping[str, str], session: Any) -> str:
+def _stage_properties(properties: Mapping[str, str], session: object) -> str:
     """A directory holding only ``serving.properties`` with *properties*; named after its
     content, so making the same model twice reuses it."""
     body = "".join(f"{k}={v}\n" for k, v in sorted(properties.items()))
@@ -156,7 +156,7 @@ class HuggingFaceModel(Model):
         self.model_server_workers = model_server_workers
 
     @staticmethod
-    def _serving_dir(model_data: Any, env: dict[str, str], session: Any) -> str:
+    def _serving_dir(model_data: Any, env: dict[str, str], session: object) -> str:
         hub_id = env.pop("HF_MODEL_ID", None)
         if model_data is not None and hub_id is not None:
             raise InvalidArgumentError("give model_data or env HF_MODEL_ID, not both",
