@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import torch
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Examples", "detect_format", "load_records", "prepare"]
 
@@ -163,7 +164,7 @@ def _field(record: dict[str, Any], name: str, i: int, source: str) -> str:
     return value
 
 
-def _split_text(record: dict[str, Any], shape: DataFormat, tokenizer: Any, i: int,
+def _split_text(record: dict[str, Any], shape: DataFormat, tokenizer: PreTrainedTokenizerBase, i: int,
                 source: str) -> tuple[str, str]:
     """(prompt, completion) as text: the loss is taken on the completion."""
     if shape == DataFormat.TEXT:
@@ -196,20 +197,27 @@ def _split_text(record: dict[str, Any], shape: DataFormat, tokenizer: Any, i: in
     return prompt, completion
 
 
-def _chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, str]:
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
+def _chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]]) -> tuple[str, str]:
+    full = _template(tokenizer, messages)
     if messages[-1].get("role") != "assistant":
         return "", full
-    prompt = tokenizer.apply_chat_template(messages[:-1], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = _template(tokenizer, messages[:-1], add_generation_prompt=True)
     if not full.startswith(prompt):
         return "", full
     return prompt, full[len(prompt):]
 
 
+def _template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], *,
+              add_generation_prompt: bool = False) -> str:
+    text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
+    assert isinstance(text, str)  # tokenize=False: the template's text
+    return text
+
+
 # --- tokens --------------------------------------------------------------------------------
 
-def prepare(records: Sequence[dict[str, Any]], tokenizer: Any, opts: FineTuneOptions,
+def prepare(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, opts: FineTuneOptions,
             shape: DataFormat, source: str) -> Examples:
     """Tokenized examples (truncated to max_seq_length, packed when asked)."""
     if not records:

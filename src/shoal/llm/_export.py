@@ -20,11 +20,14 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from shoal.llm._base import resolve_dtype
 from shoal.llm._options import FineTuneOptions
 from shoal.llm._serving import DJL_DTYPES, write_serving_properties
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["MANIFEST", "SUMMARY", "merge_and_save", "store_large_model"]
 
@@ -52,7 +55,7 @@ class Manifest(TypedDict):
     total_bytes: int
 
 
-def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, tokenizer: Any,
+def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, tokenizer: PreTrainedTokenizerBase,
                    opts: FineTuneOptions, device: str) -> str:
     """Merge *adapter_dir* into the base and save it in *output_dir*; the merged dtype name."""
     import torch

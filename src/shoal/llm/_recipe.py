@@ -25,7 +25,7 @@ from shoal.llm import _base, _data, _export
 from shoal.llm._options import DataFormat, FineTuneMethod, FineTuneOptions
 
 if TYPE_CHECKING:
-    from transformers import TrainingArguments
+    from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 __all__ = ["FineTuneResult", "finetune", "latest_checkpoint"]
 
@@ -155,7 +155,7 @@ def _cache_root() -> Path:
     return Path(Settings().home) / "cache" / "models"
 
 
-def _tokenizer(base_path: Path, opts: FineTuneOptions) -> Any:
+def _tokenizer(base_path: Path, opts: FineTuneOptions) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path,
@@ -165,7 +165,7 @@ def _tokenizer(base_path: Path, opts: FineTuneOptions) -> Any:
     return tokenizer
 
 
-def _examples(train_data: Any, validation_data: Any, tokenizer: Any, opts: FineTuneOptions
+def _examples(train_data: Any, validation_data: Any, tokenizer: PreTrainedTokenizerBase, opts: FineTuneOptions
               ) -> tuple[_data.Examples, _data.Examples | None, DataFormat]:
     source = str(train_data)
     records, val_records = _data.load_records(train_data)
@@ -240,7 +240,7 @@ def _find_run(run: Any) -> Any:
         return None
 
 
-def _train(model: Any, tokenizer: Any, train: _data.Examples, val: _data.Examples | None,
+def _train(model: Any, tokenizer: PreTrainedTokenizerBase, train: _data.Examples, val: _data.Examples | None,
            opts: FineTuneOptions, device: str, ckpt: Path, run: Any, stream: TextIO
            ) -> dict[str, Any]:
     from transformers import PrinterCallback, Trainer
