@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from shoal.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from shoal.core.ports import RunStore
     from shoal.session import Session
 
@@ -65,7 +67,7 @@ class ExperimentAnalytics:
         self._inputs = None if input_artifact_names is None else set(input_artifact_names)
         self._outputs = None if output_artifact_names is None else set(output_artifact_names)
         self._session = sagemaker_session
-        self._frame: Any = None
+        self._frame: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +76,7 @@ class ExperimentAnalytics:
     def clear_cache(self) -> None:
         self._frame = None
 
-    def dataframe(self, force_refresh: bool = False) -> Any:
+    def dataframe(self, force_refresh: bool = False) -> pd.DataFrame:
         """The table (read once, then cached; ``force_refresh=True`` reads again)."""
         if force_refresh or self._frame is None:
             self._frame = self._fetch()
@@ -86,7 +88,7 @@ class ExperimentAnalytics:
         session = self._session if isinstance(self._session, Session) else current()
         return session.metadata
 
-    def _fetch(self) -> Any:
+    def _fetch(self) -> pd.DataFrame:
         from shoal._internal.extras import require
 
         require("experiments", "ExperimentAnalytics", "pandas")

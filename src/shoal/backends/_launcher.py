@@ -26,9 +26,12 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.backends.procfs import start_ticks
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["launcher_lock_path", "main", "resolve_entrypoint"]
 
@@ -192,7 +195,7 @@ def _title(sock_path: str) -> None:
               else sock_path)
 
 
-def _exit_on_term(signum: int, frame: Any) -> None:
+def _exit_on_term(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 

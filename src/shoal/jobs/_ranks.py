@@ -16,7 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["main"]
 
@@ -38,14 +41,14 @@ class _Rank:
         self.fd = out.fileno()
         os.set_blocking(self.fd, False)
 
-    def emit(self, data: bytes, out: Any) -> None:
+    def emit(self, data: bytes, out: BinaryIO) -> None:
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
         for line in lines:
             out.write(self.prefix + line + b"\n")
 
-    def flush_partial(self, out: Any) -> None:
+    def flush_partial(self, out: BinaryIO) -> None:
         if self.partial:
             out.write(self.prefix + self.partial + b"\n")
             self.partial = b""
@@ -75,7 +78,7 @@ def run(plan: dict[str, Any]) -> int:
     out = sys.stdout.buffer
     stop = {"asked": False}
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         stop["asked"] = True
 
     signal.signal(signal.SIGTERM, on_term)

@@ -29,7 +29,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from shoal._internal.private import restore_client_umask
 from shoal.jobs._child import (
@@ -39,6 +39,9 @@ from shoal.jobs._child import (
     run_and_exit,
 )
 from shoal.jobs._descendants import _children, become_subreaper, descendants
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _GRACE_S = 10.0  # until a request says otherwise
 
@@ -213,7 +216,7 @@ class _Zygote:
                     os.kill(pid, sig)
 
 
-def _exit_on_term(signum: int, frame: Any) -> None:
+def _exit_on_term(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
