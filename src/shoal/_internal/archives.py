@@ -26,11 +26,14 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from shoal.errors import ConfigError, InvalidArgumentError, StorageError
 
 if TYPE_CHECKING:
+    import tarfile
+    import zipfile
+
     from shoal._internal.settings import Settings
 
 __all__ = ["DEFAULT_MAX_EXTRACT_BYTES", "DEFAULT_MAX_EXTRACT_FILES", "ExtractLimits",
@@ -192,7 +195,7 @@ def extract_tar(archive: Path | str | IO[bytes], target: Path | str, *,
                                        f"{type(e).__name__}: {e}", archive=name) from e
 
 
-def _counted(tar: Any, budget: _Budget) -> Iterator[Any]:
+def _counted(tar: tarfile.TarFile, budget: _Budget) -> Iterator[tarfile.TarInfo]:
     """The members as the stream yields them, each counted before tarfile writes it (a
     member writes exactly the size its header declares)."""
     for member in tar:
@@ -202,7 +205,8 @@ def _counted(tar: Any, budget: _Budget) -> Iterator[Any]:
         yield member
 
 
-def _checked(members: Iterator[Any], root: Path, name: str) -> Iterator[Any]:
+def _checked(members: Iterator[tarfile.TarInfo], root: Path, name: str
+             ) -> Iterator[tarfile.TarInfo]:
     root = root.resolve()
     for member in members:
         dest = (root / member.name).resolve()
@@ -242,7 +246,8 @@ def extract_zip(source: Path | str | IO[bytes], target: Path | str, *,
                                    f"{type(e).__name__}: {e}", archive=name) from e
 
 
-def _write_zip_entry(zf: Any, info: Any, root: Path, budget: _Budget) -> None:
+def _write_zip_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, budget: _Budget
+                     ) -> None:
     dest = root.joinpath(*PurePosixPath(info.filename.replace("\\", "/")).parts)
     if info.is_dir():
         dest.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from shoal.errors import InvalidArgumentError
 
@@ -132,7 +131,7 @@ class RunRecord:
 
 # --- checks on what users pass -------------------------------------------------------------
 
-def check_name(kind: str, value: Any) -> str:
+def check_name(kind: str, value: object) -> str:
     """An experiment or run name in SageMaker's charset, or InvalidArgumentError."""
     if not isinstance(value, str) or not value:
         raise InvalidArgumentError(f"{kind} must be a non-empty string, got {value!r}",
@@ -146,7 +145,7 @@ def check_name(kind: str, value: Any) -> str:
     return value
 
 
-def check_metric_name(name: Any) -> str:
+def check_metric_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > _METRIC_NAME_MAX:
         raise InvalidArgumentError(f"a metric name must be a non-empty string of at most "
                                    f"{_METRIC_NAME_MAX} characters, got {name!r}",
@@ -154,7 +153,7 @@ def check_metric_name(name: Any) -> str:
     return name
 
 
-def _as_real(value: Any) -> float | None:
+def _as_real(value: object) -> float | None:
     """*value* as a float when it is a real number (numpy and torch scalars too), else None."""
     if type(value) is float:  # the common case first: log_metric is a hot path
         return value
@@ -173,7 +172,7 @@ def _as_real(value: Any) -> float | None:
     return None
 
 
-def check_metric_value(name: str, value: Any) -> float:
+def check_metric_value(name: str, value: object) -> float:
     """*value* as a finite float, or InvalidArgumentError naming the metric.
 
     NaN, ±inf, booleans and anything that is not a real number are refused: a stored NaN
@@ -191,7 +190,7 @@ def check_metric_value(name: str, value: Any) -> float:
     return number
 
 
-def check_parameter(name: Any, value: Any) -> ParameterValue:
+def check_parameter(name: object, value: object) -> ParameterValue:
     """A parameter value as str, int, float or bool (numpy scalars unwrapped)."""
     if not isinstance(name, str) or not name.strip() or len(name) > _METRIC_NAME_MAX:
         raise InvalidArgumentError(f"a parameter name must be a non-empty string of at most "
