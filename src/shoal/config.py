@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from shoal.errors import ConfigError
 
@@ -290,7 +290,7 @@ def _copy(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path) -> Any:  # YAML: whatever the file holds, _validate checks it
     import yaml
 
     try:
@@ -306,7 +306,8 @@ def _read_yaml(path: Path) -> Any:
                           f"{getattr(e, 'problem', e)}", file=str(path)) from e
 
 
-def _fail(path: Path, key: str, expected: str, got: Any = None, *, unknown: bool = False) -> None:
+def _fail(path: Path, key: str, expected: str, got: object = None, *, unknown: bool = False
+          ) -> NoReturn:
     if unknown:
         raise ConfigError(f"config file {path}: unknown key {key!r}; expected one of {expected}",
                           file=str(path), key=key)
@@ -314,7 +315,7 @@ def _fail(path: Path, key: str, expected: str, got: Any = None, *, unknown: bool
                       f"{type(got).__name__} {got!r}", file=str(path), key=key)
 
 
-def _validate(doc: Any, path: Path) -> dict[str, dict[str, Any]]:
+def _validate(doc: object, path: Path) -> dict[str, dict[str, Any]]:
     if not isinstance(doc, dict):
         _fail(path, "(top level)", "a mapping", doc)
     for key in doc:
@@ -356,7 +357,7 @@ def _validate(doc: Any, path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _check_type(path: Path, key: str, kind: str, value: Any) -> None:
+def _check_type(path: Path, key: str, kind: str, value: object) -> None:
     if kind == "str":
         if not isinstance(value, str):
             _fail(path, key, "a string", value)

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shoal.envs._conda_pypi import CondaAsPip, conda_name_error, conda_specifier, conda_to_pip
 from shoal.envs._uv import _READY, BuiltEnv, EnvInfo, UvEnvBuilder, _abi_tag, _flock, find_uv
@@ -107,7 +107,7 @@ def parse_environment_yml(text: str, *, source: str) -> CondaSpec:
     return CondaSpec(name, tuple(channels), python, tuple(conda), tuple(pip))
 
 
-def _strings(value: Any) -> bool:
+def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
