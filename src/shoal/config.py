@@ -57,7 +57,7 @@ def _settings_class() -> type[SettingsModel]:
     return SettingsModel
 
 
-def Settings(**kwargs: Any) -> SettingsModel:  # noqa: N802 - a factory that stands where the class would
+def Settings(**kwargs: Any) -> SettingsModel:  # noqa: N802 - a factory in the class's place
     """Build settings: keyword arguments > ``SHOAL_*`` environment > defaults.
 
     Example:

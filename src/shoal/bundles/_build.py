@@ -95,7 +95,8 @@ BUNDLE_MODULES = ("numpy", "onnx", "onnxruntime")
 
 
 def build_bundle(model: str | os.PathLike[str], *, target: BundleTarget | str,
-                 output: str | os.PathLike[str], force: bool = False, session: Session | None = None,
+                 output: str | os.PathLike[str], force: bool = False,
+                 session: Session | None = None,
                  **options: Any) -> BundleRecord:
     """Build a deployment bundle of *model* for *target* at *output* (a directory or a .zip).
 

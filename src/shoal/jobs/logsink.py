@@ -25,7 +25,8 @@ class LogSink:
         local = artifacts.local_path(key)
         self._direct = local is not None
         self._path = Path(local) if local is not None else spool
-        self._f_obj: BinaryIO | None = None  # opened at the first write: a silent job writes no file
+        # opened at the first write: a silent job writes no file
+        self._f_obj: BinaryIO | None = None
         self._interval = interval
         self._dirty = False
         self._last_flush = 0.0

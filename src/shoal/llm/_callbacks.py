@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+if TYPE_CHECKING:
+    from shoal.experiments.run import Run
 
 __all__ = ["MetricsCallback", "TokenCounter"]
 
@@ -24,13 +27,13 @@ _REPORTED = ("loss", "learning_rate", "grad_norm", "eval_loss")
 class MetricsCallback(TrainerCallback):
     """``loss=... learning_rate=... step=N`` lines, and ``run.log_metric(..., step=N)``."""
 
-    def __init__(self, run: Any, stream: TextIO) -> None:
+    def __init__(self, run: Run | None, stream: TextIO) -> None:
         self.run = run
         self.stream = stream
         self.losses: list[tuple[int, float]] = []
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **kwargs: Any) -> None:
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if logs:
             self.report(logs, state.global_step)
 

@@ -164,8 +164,8 @@ def _field(record: dict[str, Any], name: str, i: int, source: str) -> str:
     return value
 
 
-def _split_text(record: dict[str, Any], shape: DataFormat, tokenizer: PreTrainedTokenizerBase, i: int,
-                source: str) -> tuple[str, str]:
+def _split_text(record: dict[str, Any], shape: DataFormat, tokenizer: PreTrainedTokenizerBase,
+                i: int, source: str) -> tuple[str, str]:
     """(prompt, completion) as text: the loss is taken on the completion."""
     if shape == DataFormat.TEXT:
         return "", _field(record, "text", i, source)
@@ -217,8 +217,8 @@ def _template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]]
 
 # --- tokens --------------------------------------------------------------------------------
 
-def prepare(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, opts: FineTuneOptions,
-            shape: DataFormat, source: str) -> Examples:
+def prepare(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase,
+            opts: FineTuneOptions, shape: DataFormat, source: str) -> Examples:
     """Tokenized examples (truncated to max_seq_length, packed when asked)."""
     if not records:
         raise InvalidArgumentError(f"{source} has no examples: nothing to train on",

@@ -55,8 +55,9 @@ class Manifest(TypedDict):
     total_bytes: int
 
 
-def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path, tokenizer: PreTrainedTokenizerBase,
-                   opts: FineTuneOptions, device: str) -> str:
+def merge_and_save(*, base_path: Path, adapter_dir: Path, output_dir: Path,
+                   tokenizer: PreTrainedTokenizerBase, opts: FineTuneOptions, device: str
+                   ) -> str:
     """Merge *adapter_dir* into the base and save it in *output_dir*; the merged dtype name."""
     import torch
     from peft import PeftModel

@@ -27,6 +27,8 @@ from shoal.llm._options import DataFormat, FineTuneMethod, FineTuneOptions
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, TrainingArguments
 
+    from shoal.experiments.run import Run
+
 __all__ = ["FineTuneResult", "finetune", "latest_checkpoint"]
 
 logger = logging.getLogger(__name__)
@@ -165,8 +167,8 @@ def _tokenizer(base_path: Path, opts: FineTuneOptions) -> PreTrainedTokenizerBas
     return tokenizer
 
 
-def _examples(train_data: Any, validation_data: Any, tokenizer: PreTrainedTokenizerBase, opts: FineTuneOptions
-              ) -> tuple[_data.Examples, _data.Examples | None, DataFormat]:
+def _examples(train_data: Any, validation_data: Any, tokenizer: PreTrainedTokenizerBase,
+              opts: FineTuneOptions) -> tuple[_data.Examples, _data.Examples | None, DataFormat]:
     source = str(train_data)
     records, val_records = _data.load_records(train_data)
     if not records:
@@ -227,7 +229,7 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def _find_run(run: Any) -> Any:
+def _find_run(run: Run | None) -> Run | None:  # run may be UNSET: look for one
     if run is not UNSET:
         return run
     try:
@@ -240,9 +242,9 @@ def _find_run(run: Any) -> Any:
         return None
 
 
-def _train(model: Any, tokenizer: PreTrainedTokenizerBase, train: _data.Examples, val: _data.Examples | None,
-           opts: FineTuneOptions, device: str, ckpt: Path, run: Any, stream: TextIO
-           ) -> dict[str, Any]:
+def _train(model: Any, tokenizer: PreTrainedTokenizerBase, train: _data.Examples,
+           val: _data.Examples | None, opts: FineTuneOptions, device: str, ckpt: Path,
+           run: Run | None, stream: TextIO) -> dict[str, Any]:
     from transformers import PrinterCallback, Trainer
 
     from shoal.llm._callbacks import MetricsCallback, TokenCounter

@@ -89,8 +89,8 @@ def _make_engine(url: str) -> Engine:
             # directory, disk full) is told by the connection's own diagnosis below.
             with contextlib.suppress(OSError):
                 create_private_file(db)
-        # Each thread keeps one connection (see _dbapi.Dbapi); no overflow limit, so an executor with
-        # many threads never waits on the pool.
+        # Each thread keeps one connection (see _dbapi.Dbapi); no overflow limit, so an executor
+        # with many threads never waits on the pool.
         engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
                                   pool_size=5, max_overflow=-1)
 
