@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from shoal.jobs._options import is_ray
 from shoal.remote_function._executor import _batchable
@@ -18,6 +18,9 @@ from shoal.remote_function._runs import run_call, submit_calls
 
 if TYPE_CHECKING:
     pass
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = ["remote"]
 
@@ -90,6 +93,52 @@ class _Progress:
         self._status.update(f"job {self._job}: {phase}")
 
 
+@overload
+def remote(
+        _func: Callable[_P, _R], *, dependencies: str | None = UNSET,
+        pre_execution_commands: list[str] | None = UNSET,
+        pre_execution_script: str | None = UNSET,
+        environment_variables: dict[str, str] | None = UNSET, image_uri: str | None = UNSET,
+        include_local_workdir: bool | None = UNSET, custom_file_filter: Any = UNSET,
+        instance_count: int = 1, instance_type: str | None = UNSET,
+        job_conda_env: str | None = UNSET, job_name_prefix: str | None = None,
+        keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
+        max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
+        s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
+        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        subnets: list[str] | None = UNSET, tags: Any = UNSET,
+        volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
+        encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
+        use_spot_instances: bool = UNSET, max_wait_time_in_seconds: int | None = UNSET,
+        disable_output_compression: bool = False, use_torchrun: bool = False,
+        use_mpirun: bool = False, nproc_per_node: int | None = UNSET,
+        enable_session_tag_chaining: bool | None = UNSET, allow_cpu_fallback: bool = False,
+        stop_grace_period_in_seconds: float = 10.0) -> Callable[_P, _R]: ...
+
+
+@overload
+def remote(
+        _func: None = None, *, dependencies: str | None = UNSET,
+        pre_execution_commands: list[str] | None = UNSET,
+        pre_execution_script: str | None = UNSET,
+        environment_variables: dict[str, str] | None = UNSET, image_uri: str | None = UNSET,
+        include_local_workdir: bool | None = UNSET, custom_file_filter: Any = UNSET,
+        instance_count: int = 1, instance_type: str | None = UNSET,
+        job_conda_env: str | None = UNSET, job_name_prefix: str | None = None,
+        keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
+        max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
+        s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
+        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        subnets: list[str] | None = UNSET, tags: Any = UNSET,
+        volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
+        encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
+        use_spot_instances: bool = UNSET, max_wait_time_in_seconds: int | None = UNSET,
+        disable_output_compression: bool = False, use_torchrun: bool = False,
+        use_mpirun: bool = False, nproc_per_node: int | None = UNSET,
+        enable_session_tag_chaining: bool | None = UNSET, allow_cpu_fallback: bool = False,
+        stop_grace_period_in_seconds: float = 10.0) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+
+
 def remote(
         _func: Callable[..., Any] | None = None, *, dependencies: str | None = UNSET,
         pre_execution_commands: list[str] | None = UNSET,
@@ -109,7 +158,8 @@ def remote(
         disable_output_compression: bool = False, use_torchrun: bool = False,
         use_mpirun: bool = False, nproc_per_node: int | None = UNSET,
         enable_session_tag_chaining: bool | None = UNSET, allow_cpu_fallback: bool = False,
-        stop_grace_period_in_seconds: float = 10.0) -> Any:
+        stop_grace_period_in_seconds: float = 10.0
+        ) -> Callable[_P, _R] | Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Run each call of the function as a job (SageMaker's ``@remote``: its parameters, in its
     order, then shoal's ``enable_session_tag_chaining`` (no effect, reported),
     ``allow_cpu_fallback`` and ``stop_grace_period_in_seconds``).
@@ -126,11 +176,13 @@ def remote(
     """
     options = RemoteOptions.from_arguments(locals())
 
-    def decorate(func: Callable[..., Any]) -> Any:
+    def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:
         @functools.wraps(func)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            return run_job(options, func, args, kw, stream=True)
+        def wrapper(*args: _P.args, **kw: _P.kwargs) -> _R:
+            result: _R = run_job(options, func, args, kw, stream=True)  # what func returned
+            return result
 
+        # RemoteExecutor and the batch runner read the options back from the function.
         wrapper.__shoal_options__ = options  # type: ignore[attr-defined]
         return wrapper
 

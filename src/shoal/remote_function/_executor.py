@@ -32,7 +32,7 @@ from shoal.remote_function._runs import run_call, submit_calls
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
 
 
-class RemoteFuture(Future):  # type: ignore[type-arg]
+class RemoteFuture(Future[Any]):  # Any: what the job's function returns
     """A ``concurrent.futures.Future`` bound to a job; ``cancel()`` also stops a running job."""
 
     def __init__(self) -> None:
@@ -69,7 +69,8 @@ class RemoteFuture(Future):  # type: ignore[type-arg]
             for waiter in self._waiters:
                 waiter.add_cancelled(self)
             self._condition.notify_all()
-        self._invoke_callbacks()
+        # Future.cancel()'s own last step (CPython's concurrent.futures; not in typeshed).
+        self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
 
     def _settle(self, fn: Callable[[], Any]) -> None:
