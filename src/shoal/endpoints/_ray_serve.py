@@ -481,6 +481,7 @@ class EndpointReplica:
 
         self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))
         self._server: Any = None  # the model server in the model's own environment
+        self._lifespan: _Lifespan | _ServerLifespan  # set by the start that succeeds
         self._logs = _ReplicaLog(self._root, spec.get("logs_uri"))
         timeout = float(spec.get("startup_timeout_s") or 600)
         try:
@@ -490,8 +491,8 @@ class EndpointReplica:
                 await self._start_server(spec, model_dir, wanted, timeout)
                 return
             self._app = await asyncio.to_thread(_build_app, model_dir, spec)
-            self._lifespan = _Lifespan(self._app)
-            await self._lifespan.startup()
+            self._lifespan = lifespan = _Lifespan(self._app)
+            await lifespan.startup()
             await self._wait_loaded(timeout)
         except BaseException as e:
             if self._server is not None:

@@ -89,11 +89,11 @@ class ServerProcess:
         # The node's shoal home, as the Ray backend picks it for jobs (the client's when this
         # node can write it, else the node user's).
         home = node_home(spec.get("home"))
-        builder = UvEnvBuilder(home / "envs", resolve_ttl_seconds=spec.get("resolve_ttl_s"))
+        builder = UvEnvBuilder(home / "envs", resolve_ttl_seconds=float(spec["resolve_ttl_s"]))
         try:
             built = builder.ensure("\n".join(wanted), base_dir=requirements_base(model_dir),
                                    extra=server_requirements(SERVER_DISTRIBUTIONS),
-                                   log=lambda msg: sys.stdout.write(msg))
+                                   log=_write_out)
         except ShoalError as e:
             raise ModelLoadError(f"the model's environment could not be built: {e}") from e
         sys.stdout.write(f"[shoal] endpoint {spec.get('endpoint')}: environment "
@@ -238,3 +238,8 @@ class Forward:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _write_out(message: str) -> None:
+    """The environment build's progress, to the replica's stdout (its log)."""
+    sys.stdout.write(message)

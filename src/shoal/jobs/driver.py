@@ -322,13 +322,13 @@ class Supervisor:
         try:
             if training is not None:
                 # A script, or several ranks: the SageMaker layout and SM_* contract.
-                proc = training.start(self._plan.python, env, spec.memory_mib)
+                proc: JobProcess = training.start(self._plan.python, env, spec.memory_mib)
             elif self._plan.runtime is not None and self._run_dir is not None:
                 # An isolated interpreter: fork the job from that interpreter's warm zygote.
                 with not_subreaper():  # the zygote serves other jobs: never our orphan
                     sock = ensure_zygote(self._plan.python, (self._plan.runtime,),
                                          self._run_dir, self._zygote_idle)
-                proc: JobProcess = ZygoteProcess.start(sock, {
+                proc = ZygoteProcess.start(sock, {
                     "workdir": str(workdir), "env": env, "memory_mib": spec.memory_mib,
                     "grace_seconds": spec.stop_grace_period_in_seconds,
                     "pythonpath": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]})

@@ -120,6 +120,7 @@ def option_values(values: dict[str, Any]) -> dict[str, Any]:
     several values as a tuple)."""
     out = {f.field: values.get(f.field) for f in FLAGS if f.is_option}
     for f in FLAGS:
-        if f.multiple and out.get(f.field) is not None:
-            out[f.field] = tuple(out[f.field])
+        given = out.get(f.field)
+        if f.multiple and given is not None:
+            out[f.field] = tuple(given)
     return out

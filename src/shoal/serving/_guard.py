@@ -97,11 +97,11 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
             idle.pop(proto, None)
             proto.transport.close()
 
-    class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
+    class GuardedProtocol(HttpToolsProtocol):
         _began = False  # a request's first byte arrived...
         _headers_done = False  # ...and its headers
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > max_connections:
                 make_room()

@@ -38,7 +38,7 @@ class ServerMetrics:
         self._queue_depth = queue_depth
         self._loaded = loaded
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)  # type: ignore[arg-type]  # a collector: collect()
+        self.registry.register(self)  # a collector: collect()
 
     def request(self, status: int, seconds: float) -> None:
         by_status = self._by_status

@@ -234,7 +234,7 @@ class Estimator:
 
     @property
     def _output_root(self) -> str:
-        return self.output_path or self.sagemaker_session.artifacts.root
+        return self.output_path or str(self.sagemaker_session.artifacts.root)
 
     @property
     def model_data(self) -> str:

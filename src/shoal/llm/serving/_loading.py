@@ -116,11 +116,11 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
     placement = _placement(options, torch)
     dtype = _dtype(options, gpu="device_map" in placement)
     if is_embedding_model(path, config):
-        engine = load_embedding(path, tokenizer, dtype=dtype, max_batch=options.batch_size,
-                                trust_remote_code=remote, placement=placement)
-        description = (f"{type(engine.model).__name__} from {path} (embeddings, "
-                       f"{engine.pooling.value} pooling), max_model_len {max_len}")
-        return LoadedModel(engine, tokenizer, located, max_len, description, embedding=True)
+        embedder = load_embedding(path, tokenizer, dtype=dtype, max_batch=options.batch_size,
+                                  trust_remote_code=remote, placement=placement)
+        description = (f"{type(embedder.model).__name__} from {path} (embeddings, "
+                       f"{embedder.pooling.value} pooling), max_model_len {max_len}")
+        return LoadedModel(embedder, tokenizer, located, max_len, description, embedding=True)
     kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": dtype}
     kwargs.update(placement)
     if options.quantize is not None:

@@ -49,7 +49,7 @@ def _json_dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def _dumps_function() -> Any:
+def _dumps_function() -> Callable[[Any], bytes]:
     """orjson's ``dumps`` when installed (the server's fast JSON path; several times faster
     on the small objects of a token stream), else compact ``json.dumps``."""
     try:
