@@ -46,6 +46,21 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return home
 
 
+@pytest.fixture(autouse=True)
+def shoal_logger_restored() -> Iterator[None]:
+    """Each test starts with the ``shoal`` logger as the library leaves it: an in-process CLI
+    call (``logconfig.configure``) sets its level, adds a handler and stops propagation, which
+    hid later tests' records from ``caplog`` in the same worker."""
+    import logging
+
+    logger = logging.getLogger("shoal")
+    saved = (logger.level, list(logger.handlers), logger.propagate)
+    yield
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+    logger.propagate = saved[2]
+
+
 # --- S3 (moto) ----------------------------------------------------------------------------
 
 def _free_port() -> int:

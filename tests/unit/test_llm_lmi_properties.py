@@ -84,7 +84,7 @@ def test_written_properties_read_back_unchanged(tmp_path):
 
 def test_the_articles_file_loads_with_its_handler_mapped_and_neuron_keys_kept(tmp_path, caplog):
     d = _props(tmp_path, ARTICLE.format(model_id="s3://my-bucket/llama-2-7b/"))
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="shoal.llm.serving._properties"):
         o = load_serving_options(d, {})
     assert o.handler == "djl_python.transformers_neuronx" and o.entry_point is None
     assert (o.engine, o.rolling_batch, o.batch_size) == (Engine.PYTHON, RollingBatch.AUTO, 4)
