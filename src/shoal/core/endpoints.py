@@ -130,8 +130,8 @@ class BatchingOptions:
 class EndpointConfig:
     """How an endpoint serves its model.
 
-    *port* fixes the first instance's port (instance *i* listens on ``port + i``); None picks
-    free ports. *code* says the deployer shipped an entry point / source dir for ``code/``,
+    *port* fixes the endpoint's port, which all its instances share (an LLM's instance *i*
+    listens on ``port + i``); None picks a free one. *code* says the deployer shipped an entry point / source dir for ``code/``,
     *requirements* that it shipped a requirements file for the model's own environment.
     *min_instances* / *max_instances* bound autoscaling (SageMaker's
     ``managed_instance_scaling``); only an endpoint on Ray Serve scales, between them.
@@ -266,6 +266,12 @@ class EndpointRecord:
     def serving(self) -> tuple[EndpointInstance, ...]:
         """The instances answering requests now."""
         return tuple(i for i in self.instances if i.status == InstanceStatus.IN_SERVICE)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The endpoint's addresses: one when its instances share it (a supervised model
+        server's instances, or Ray Serve's route), else one per instance (an LLM's)."""
+        return tuple(dict.fromkeys(i.url for i in self.instances))
 
 
 def endpoint_key(name: str, *parts: str) -> str:
