@@ -52,8 +52,8 @@ def stop_background(session: Any) -> None:
 
 
 def wait_background(marker: str, timeout: float = 600.0) -> None:
-    """Wait until no process whose command line names *marker* (a bench's directory) runs:
-    work a build left in the background (``compileall``) must not overlap the next sample."""
+    """Wait until no ``compileall`` whose command line names *marker* (a bench's directory)
+    runs: the bytecode a build compiles in the background must not overlap the next sample."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -64,7 +64,8 @@ def wait_background(marker: str, timeout: float = 600.0) -> None:
             if not entry.name.isdigit() or int(entry.name) == me:
                 continue
             try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
+                cmdline = (entry / "cmdline").read_bytes()
+                if marker.encode() in cmdline and b"compileall" in cmdline:
                     busy = True
                     break
             except OSError:

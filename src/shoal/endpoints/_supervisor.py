@@ -266,8 +266,8 @@ class EndpointSupervisor:
         self._env = env
         self._shared = not (model_dir / "serving.properties").is_file()  # not an LLM
         if self._shared:
-            port = self._reserve_port(cfg.port)
-            self._instances = [_Instance(index, port, self._dir / "logs" /
+            shared = self._reserve_port(cfg.port)
+            self._instances = [_Instance(index, shared, self._dir / "logs" /
                                          f"instance-{index}.log")
                                for index in range(cfg.instance_count)]
             return
