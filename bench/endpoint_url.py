@@ -5,26 +5,28 @@ on ports of their own, each driven directly.
     .venv/bin/python bench/endpoint_url.py [--seconds 8] [--rounds 3] [--concurrency 32]
 
 The model and the load generator are bench/serving.py's (the MNIST CNN as ONNX, one image a
-request as ``application/x-npy``, keep-alive HTTP/1.1 from a separate process). Shared: one
-load generator with ``--concurrency`` connections to the one port. Direct: two load
-generators at the same time, half the connections each, one per instance's port. Rounds
-alternate; medians are reported. Both layouts' servers are stopped at the end.
+request as ``application/x-npy``, keep-alive HTTP/1.1 from one separate process). Shared:
+``--concurrency`` connections to the one port. Direct: the same load generator process, half
+the connections to each instance's port (what a client that round-robins over the instances
+gets at best). Rounds alternate; medians are reported. Both layouts' servers are stopped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
+import json
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from _common import cpu_model, scratch
-from serving import _free_port, _ping, mnist_cnn, run_load, shoal_cmd, stop
+from serving import _client, _free_port, _ping, _request, mnist_cnn, shoal_cmd, stop
 
 
 def _start_pair(model_dir: Path, work: Path, *, shared: bool) -> tuple[list[subprocess.Popen],
@@ -47,23 +49,40 @@ def _start_pair(model_dir: Path, work: Path, *, shared: bool) -> tuple[list[subp
     return procs, ports
 
 
-def _load(ports: list[int], body: Path, procs: list[subprocess.Popen], concurrency: int,
-          seconds: float) -> dict[str, float]:
-    targets = sorted(set(ports))
-    results: list[dict] = [{} for _ in targets]
+async def _drive(ports: list[int], body: bytes, concurrency: int, seconds: float) -> dict:
+    """*concurrency* keep-alive connections spread evenly over *ports*."""
+    targets = [ports[i % len(ports)] for i in range(concurrency)]
+    requests = {p: _request(p, body, "application/x-npy") for p in set(ports)}
+    errors: list[int] = []
+    warm_end = time.perf_counter() + min(2.0, seconds / 5)
+    await asyncio.gather(*(_client(p, requests[p], warm_end, [], errors) for p in targets))
+    errors.clear()
+    latencies: list[float] = []
+    start = time.perf_counter()
+    await asyncio.gather(*(_client(p, requests[p], start + seconds, latencies, errors)
+                           for p in targets))
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    n = len(latencies)
+    return {"rps": n / elapsed, "p50_ms": latencies[n // 2] * 1e3, "errors": len(errors)}
 
-    def one(i: int) -> None:
-        results[i] = run_load(targets[i], body, "application/x-npy",
-                              concurrency // len(targets), seconds, procs[i].pid)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(targets))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"rps": sum(r["rps"] for r in results),
-            "p50_ms": statistics.mean(r["p50_ms"] for r in results),
-            "errors": sum(r["errors"] for r in results)}
+def _load(ports: list[int], body: Path, concurrency: int, seconds: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--client", json.dumps(
+        {"ports": ports, "body": str(body), "concurrency": concurrency, "seconds": seconds})],
+        capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def client_main(spec: dict) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    body = Path(spec["body"]).read_bytes()
+    print(json.dumps(asyncio.run(_drive(spec["ports"], body, spec["concurrency"],
+                                        spec["seconds"]))))
 
 
 def main() -> None:
@@ -71,7 +90,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        client_main(json.loads(args.client))
+        return
     import numpy as np
     import torch
 
@@ -90,8 +113,7 @@ def main() -> None:
             for shared in ((True, False) if r % 2 == 0 else (False, True)):
                 procs, ports = _start_pair(model_dir, work, shared=shared)
                 try:
-                    got[shared].append(_load(ports, body, procs, args.concurrency,
-                                             args.seconds))
+                    got[shared].append(_load(ports, body, args.concurrency, args.seconds))
                 finally:
                     for p in procs:
                         stop(p)
