@@ -172,8 +172,9 @@ class EndpointConfig:
                 f" <= {count} <= {self.max_instances!r}", argument="managed_instance_scaling")
         if self.port is not None and (not isinstance(self.port, int) or isinstance(
                 self.port, bool) or not 1 <= self.port <= 65535 - count + 1):
-            raise InvalidArgumentError(f"port must be an integer from 1 to 65535 (one port per "
-                                       f"instance from it), got {self.port!r}", argument="port")
+            raise InvalidArgumentError(f"port must be an integer from 1 to {65535 - count + 1} "
+                                       f"(the instances share it; an LLM's take one port each "
+                                       f"from it), got {self.port!r}", argument="port")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise InvalidArgumentError("env must map str to str", argument="env")
         if not isinstance(self.startup_timeout_s, int | float) or self.startup_timeout_s <= 0:
