@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import scratch
+
 CHILD = r"""
 import json, os, sys, time
 import shoal
@@ -116,9 +118,7 @@ def main() -> None:
     parser.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src"))
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    scratch = Path.home() / ".cache" / "shoal-bench"  # where a user's home lives, not /tmp
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+    with tempfile.TemporaryDirectory(dir=scratch()) as tmp:  # $SHOAL_HOME/bench, or ~/.cache
         home = Path(tmp) / "home"
         run_jobs(home, 1, "warmup", args.src)
         checkpoint(home)

@@ -1,15 +1,19 @@
-"""Cold dispatch of a trivial @remote call vs the floor, and RemoteExecutor.map throughput.
+"""Cold dispatch of a trivial @remote call vs the floor, a client process's first call, and
+RemoteExecutor.map throughput.
 
 Floor: a fresh interpreter per call that unpickles a function, calls it and pickles the
-result (``subprocess.run([python, "-c", ...])``), measured in the same run.
+result (``subprocess.run([python, "-c", ...])``). Every figure is measured in the same run,
+in interleaved rounds (floor, shoal woken by the supervisor, shoal polling as before the
+wake-up existed), so machine noise hits all sides alike. A client process's first call is
+reported on its own: in a new process with the home's launcher running, and on a fresh home
+(the launcher starts first). Everything started is stopped at the end.
 
-    .venv/bin/python bench/dispatch.py [--calls 40] [--map 200]
+    .venv/bin/python bench/dispatch.py [--calls 40] [--first 5] [--map 200]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 
 import cloudpickle
+from _common import cpu_model, scratch, stop_background
 
 FLOOR_CODE = """
 import sys, cloudpickle
@@ -26,14 +31,19 @@ fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
 open(sys.argv[2], "wb").write(cloudpickle.dumps(fn(2, 3.0)))
 """
 
-
-
-def _scratch() -> str:
-    """Benchmarks run where a user's SHOAL_HOME lives (under $HOME), not in /tmp, whose
-    directory operations are several times slower on these machines."""
-    path = Path.home() / ".cache" / "shoal-bench"
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+FIRST_CALL_CODE = """
+import sys, time
+import shoal
+from shoal import remote
+def trivial(x, y):
+    return x / y
+session = shoal.Session(home=sys.argv[1])
+f = remote(sagemaker_session=session)(trivial)
+t = time.perf_counter()
+f(2, 3.0)
+print(time.perf_counter() - t)
+session.close()
+"""
 
 
 def trivial(x, y):
@@ -58,17 +68,40 @@ def floor(calls: int, tmp: Path) -> list[float]:
     return times
 
 
-def shoal_calls(session, calls: int) -> list[float]:
+def shoal_calls(session, calls: int, *, wake: bool) -> list[float]:
     from shoal import remote
 
-    f = remote(sagemaker_session=session)(trivial)
-    f(2, 3.0)  # starts the launcher once, as the first call of a session does
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        f(2, 3.0)
-        times.append(time.perf_counter() - t)
-    return times
+    jobs = session.jobs
+    saved = jobs._wake_dir
+    jobs._wake_dir = saved if wake else None  # None: the bounded polling alone, as before
+    try:
+        f = remote(sagemaker_session=session)(trivial)
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            f(2, 3.0)
+            times.append(time.perf_counter() - t)
+        return times
+    finally:
+        jobs._wake_dir = saved
+
+
+def first_call(home: Path) -> float:
+    """The first @remote call of a new client process on *home* (timed inside it)."""
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL_CODE, str(home)], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
+def fresh_home_first_call(tmp: Path, i: int) -> float:
+    import shoal
+
+    home = tmp / f"fresh-{i}"
+    try:
+        return first_call(home)
+    finally:
+        stop_background(shoal.Session(home=str(home)))
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def shoal_map(session, n: int) -> float:
@@ -82,33 +115,53 @@ def shoal_map(session, n: int) -> float:
     return n / elapsed
 
 
+def line(label: str, values: list[float]) -> str:
+    return (f"{label}: p50 {statistics.median(values) * 1e3:7.1f} ms  "
+            f"p90 {pct(values, 0.9) * 1e3:7.1f} ms  (n={len(values)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--first", type=int, default=5, help="first-call samples of each kind")
     parser.add_argument("--map", type=int, default=200)
     args = parser.parse_args()
     import shoal
 
-    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=_scratch()))
+    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=scratch()))
     session = shoal.Session(home=str(tmp / "home"))
     try:
-        # Interleave rounds so machine noise hits both sides alike.
-        fl, sh = [], []
-        for _ in range(2):
-            fl += floor(args.calls // 2, tmp)
-            sh += shoal_calls(session, args.calls // 2)
-        f50, s50 = statistics.median(fl), statistics.median(sh)
-        print(f"floor  (fresh interpreter + cloudpickle): p50 {f50 * 1e3:7.1f} ms  "
-              f"p90 {pct(fl, 0.9) * 1e3:7.1f} ms  (n={len(fl)})")
-        print(f"shoal  @remote, durable record + signed:  p50 {s50 * 1e3:7.1f} ms  "
-              f"p90 {pct(sh, 0.9) * 1e3:7.1f} ms  (n={len(sh)})")
-        print(f"ratio  shoal/floor p50: {s50 / f50:.2f}x  (target <= 3x)")
+        shoal_calls(session, 1, wake=True)  # starts the launcher, as a session's first call
+        fl: list[float] = []
+        woken: list[float] = []
+        polled: list[float] = []
+        first_warm: list[float] = []
+        first_fresh: list[float] = []
+        rounds = 5
+        for r in range(rounds):
+            fl += floor(args.calls // rounds, tmp)
+            woken += shoal_calls(session, args.calls // rounds, wake=True)
+            polled += shoal_calls(session, args.calls // rounds, wake=False)
+            if r < args.first:
+                first_warm.append(first_call(tmp / "home"))
+                first_fresh.append(fresh_home_first_call(tmp, r))
+        f50 = statistics.median(fl)
+        print(f"CPU: {cpu_model()}")
+        print(line("floor  (fresh interpreter + cloudpickle)     ", fl))
+        print(line("shoal  @remote, woken when the job ends      ", woken))
+        print(line("shoal  @remote, polling the record (before)  ", polled))
+        print(f"ratio  shoal/floor p50: woken {statistics.median(woken) / f50:.2f}x, polling "
+              f"{statistics.median(polled) / f50:.2f}x  (target <= 3x)")
+        print(line("first call, new process, launcher running    ", first_warm))
+        print(line("first call, new process, fresh home          ", first_fresh))
+        print(f"ratio  first call/floor p50: launcher running "
+              f"{statistics.median(first_warm) / f50:.2f}x, fresh home "
+              f"{statistics.median(first_fresh) / f50:.2f}x  (goal <= 2x)")
         rate = shoal_map(session, args.map)
         print(f"RemoteExecutor(max_parallel_jobs=2).map over {args.map} calls: "
-              f"{rate:.0f} jobs/s  (cores: {os.cpu_count()})")
+              f"{rate:.0f} jobs/s")
     finally:
-        session.backend.shutdown_launcher()
-        session.close()
+        stop_background(session)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -24,6 +24,8 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
+from _common import scratch
+
 SEQ, BATCH, R, ALPHA, LR = 256, 4, 16, 32, 2e-4
 
 
@@ -89,7 +91,7 @@ def main() -> None:
     from shoal.llm import create_tiny_model
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="shoal-bench-ft-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-ft-", dir=scratch()) as tmp:
         root = Path(tmp)
         texts = _texts()
         base = create_tiny_model(root / "base", texts, vocab_size=1000, hidden_size=256,

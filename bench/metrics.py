@@ -18,12 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _scratch() -> str:
-    """Under $HOME, where a user's SHOAL_HOME lives (see bench/dispatch.py)."""
-    path = Path.home() / ".cache" / "shoal-bench"
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+from _common import cpu_model, scratch, stop_background
 
 
 def train(points: int, log: bool) -> int:
@@ -102,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     import shoal
 
-    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=_scratch()))
+    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=scratch()))
     session = shoal.Session(home=str(tmp / "home"))
     try:
         job_seconds(session, 10, True, -1)  # starts the launcher, creates the database
@@ -115,6 +110,7 @@ def main() -> None:
         w, wo = statistics.median(with_log), statistics.median(without)
         added, f50, l50 = w - wo, statistics.median(floor), statistics.median(local)
         n = args.points
+        print(f"CPU: {cpu_model()}")
         print(f"job without logging:                  p50 {wo * 1e3:8.1f} ms")
         print(f"job with {n:,} log_metric calls:     p50 {w * 1e3:8.1f} ms")
         print(f"added by the logging:                 {added * 1e3:8.1f} ms  (target <= 2000 ms)")
@@ -123,8 +119,7 @@ def main() -> None:
         print(f"ratio added/floor: {added / f50:.1f}x   in-process/floor: {l50 / f50:.1f}x  "
               f"(repeats={args.repeats})")
     finally:
-        session.backend.shutdown_launcher()
-        session.close()
+        stop_background(session)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

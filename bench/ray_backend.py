@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import scratch
+
 
 def trivial(x):
     return x + 1
@@ -89,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
     import shoal
 
-    home = Path(tempfile.mkdtemp(prefix="shoal-bench-ray-")) / "home"
+    home = Path(tempfile.mkdtemp(prefix="shoal-bench-ray-", dir=scratch())) / "home"
     port = _free_port()
     _shoal_ray(home, "up", "--port", str(port), "--num-cpus", str(args.num_cpus),
                "--client-port", str(_free_port()))

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import cpu_model, scratch
+
 NAIVE_SERVER = '''
 import io, sys
 import numpy as np
@@ -283,7 +285,7 @@ def main() -> None:
 
     from shoal.export.onnx import export
 
-    work = Path(tempfile.mkdtemp(prefix="shoal-bench-serving-"))
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-serving-", dir=scratch()))
     model_dir = work / "mnist"
     export(mnist_cnn(), torch.randn(1, 1, 28, 28), model_dir / "model.onnx")
     (work / "naive.py").write_text(NAIVE_SERVER)
@@ -295,7 +297,7 @@ def main() -> None:
     bodies["npy"][0].write_bytes(buf.getvalue())
     bodies["json"][0].write_text(json.dumps(image.tolist()))
     print(f"payload: npy {len(buf.getvalue())} B, json {bodies['json'][0].stat().st_size} B; "
-          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
+          f"{cpu_model()}; load average {os.getloadavg()[0]:.2f}")
 
     best_bs, best_rate, rates, per_cpu = ceiling(model_dir / "model.onnx", 1.0)
     print("in-process onnxruntime, samples/s (t: intra-op threads, b: batch size): "

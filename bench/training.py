@@ -37,6 +37,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from _common import cpu_model, scratch, stop_background
+
 TRAIN_PY = '''\
 import argparse, os, pathlib, time
 
@@ -56,12 +58,6 @@ HYPERPARAMETERS = {"epochs": 3, "lr": 0.1}
 METRICS = [{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"}]
 
 
-def _scratch() -> str:
-    """Under $HOME, where a user's SHOAL_HOME lives (see bench/dispatch.py): /tmp directory
-    operations are several times slower on these machines."""
-    path = Path.home() / ".cache" / "shoal-bench"
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
 
 
 def _prepare(root: Path, mb: int) -> tuple[Path, Path]:
@@ -189,7 +185,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=8, help="size of the training channel")
     ap.add_argument("--no-s3", action="store_true", help="skip the s3:// channel variant")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="shoal-bench-train-", dir=_scratch()))
+    root = Path(tempfile.mkdtemp(prefix="shoal-bench-train-", dir=scratch()))
     moto = None if args.no_s3 else _moto(root)
     if moto is not None:
         _s3_env(moto[1])
@@ -201,6 +197,7 @@ def main() -> None:
         direct = direct_seconds(src, data, root, args.runs)
         local, _ = shoal_seconds(session, src, str(data), args.runs)
         anchor = statistics.median(direct)
+        print(f"CPU: {cpu_model()}")
         print(f"train.py over a {args.mb} MB channel, median of {args.runs} runs each")
         print(f"{'direct: python train.py with the SM_* variables':<50} {anchor:7.3f} s  "
               f"(min {min(direct):.3f}, max {max(direct):.3f})")
@@ -222,8 +219,7 @@ def main() -> None:
         elif not args.no_s3:
             print("(s3:// variant skipped: moto[server] and boto3 are not installed)")
     finally:
-        session.backend.shutdown_launcher()
-        session.close()
+        stop_background(session)
         if moto is not None:
             moto[0].terminate()
             moto[0].wait(timeout=10)

@@ -20,13 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _scratch() -> str:
-    """Benchmarks run where a user's SHOAL_HOME lives (under $HOME), not in /tmp, whose
-    directory operations are several times slower on these machines."""
-    path = Path.home() / ".cache" / "shoal-bench"
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+from _common import cpu_model, scratch, stop_background
 
 
 def trivial(x):
@@ -101,7 +95,7 @@ def shoal_side(calls: int, n: int, unbatched: bool = False
     import shoal
     from shoal import RemoteExecutor
 
-    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-warm-", dir=_scratch()))
+    tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-warm-", dir=scratch()))
     session = shoal.Session(home=str(tmp / "home"))
     try:
         with RemoteExecutor(max_parallel_jobs=1, keep_alive_period_in_seconds=120,
@@ -119,8 +113,7 @@ def shoal_side(calls: int, n: int, unbatched: bool = False
             single = _timed_map(e, session, n, 1) if unbatched else ()
         return statistics.median(times), batched[0], batched, single
     finally:
-        session.backend.shutdown_launcher()
-        session.close()
+        stop_background(session)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -133,6 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     r50, rrate = ray_side(args.calls, args.map)
     s50, srate, batched, single = shoal_side(args.calls, args.map, args.unbatched)
+    print(f"CPU: {cpu_model()}")
     print(f"warm round trip p50: ray.get(f.remote(x)) {r50 * 1e3:6.2f} ms | shoal warm worker "
           f"{s50 * 1e3:6.2f} ms | ratio {s50 / r50:.1f}x (target <= 2x)")
     print(f"map over {args.map} trivial calls: Ray {rrate:7.0f} tasks/s | shoal "

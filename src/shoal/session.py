@@ -208,7 +208,8 @@ class Session:
                                         supervisor_entrypoint=_SUPERVISOR_ENTRY,
                                         supervisor_prepare=_SUPERVISOR_PREPARE,
                                         supervisor_env=self.supervisor_env(),
-                                        keys=UserKeys(self.settings.user_secret_path()))
+                                        keys=UserKeys(self.settings.user_secret_path()),
+                                        wake_dir=Path(self.home) / "run" / "wake")
             return self._jobs
 
     @property

@@ -82,6 +82,10 @@ def test_list_describe_invoke_delete(session, onnx_dir, tmp_path):
         assert needle in described.stdout, described.stdout
     as_json = json.loads(run_cli("endpoints", "describe", "cli-linear", "--json").stdout)
     assert as_json["logs_uri"].endswith("endpoints/cli-linear/logs")
+    # Both instances share the endpoint's one address, which describe shows.
+    [url] = as_json["urls"]
+    assert {i["url"] for i in as_json["instances"]} == {url}
+    assert f"{url}/invocations" in described.stdout
 
     invoked = run_cli("endpoints", "invoke", "cli-linear", "--body", "[[1, 2, 3, 4]]")
     assert invoked.returncode == 0, invoked.stderr

@@ -118,7 +118,10 @@ def test_contract_two_instances_share_the_requests(endpoint_session, tmp_path, o
     pids: set[int] = set()
 
     def both_served() -> bool:
-        answer = predictor.predict([[1, 2]])
+        # A new client each time: one address spreads connections (not the requests of
+        # one kept-alive connection) over the instances.
+        with Predictor(name) as fresh:
+            answer = fresh.predict([[1, 2]])
         assert answer["n"] == 1
         pids.add(answer["pid"])
         return len(pids) == 2
@@ -230,21 +233,35 @@ def test_a_killed_instance_is_restarted_and_predictions_keep_working(session, on
     assert np.allclose(predictor.predict([[0, 0, 0, 0]]), B[None, :])
 
 
-def test_two_instances_share_the_requests(session, tmp_path, onnx_dir):
+def test_two_instances_answer_on_one_url_and_a_dead_one_gets_no_traffic(session, tmp_path,
+                                                                        onnx_dir):
+    import httpx
+
     src = _handler_dir(tmp_path, PID_HANDLER)
     predictor = Model(model_data=onnx_dir, entry_point="serve.py", source_dir=str(src)).deploy(
         initial_instance_count=2, endpoint_name="pair")
     record = predictor.describe()
+    [url] = record.urls  # one address for the endpoint, on every instance's record
     pids = {i.pid for i in record.instances}
     assert len(pids) == 2 and record.config.entry_point == "serve.py"
-    answers = [predictor.predict([[1, 2]]) for _ in range(6)]
-    assert {a["pid"] for a in answers} == pids  # round-robin: both served
-    assert all(a["n"] == 1 for a in answers)
-    import httpx
 
-    for instance in record.instances:
-        metrics = httpx.get(f"{instance.url}/metrics", timeout=5)
-        assert metrics.status_code == 200 and metrics.text
+    def answer() -> int:  # a new connection each time, as curl makes
+        response = httpx.post(f"{url}/invocations", json=[[1, 2]], timeout=30)
+        assert response.status_code == 200, response.text
+        return int(response.json()["pid"])
+
+    seen: set[int] = set()
+    wait_until(lambda: seen.add(answer()) or seen == pids, 60, what="both instances answering")
+    for instance in record.instances:  # each one's own metrics, through the shared port
+        assert httpx.get(f"{instance.url}/metrics", timeout=5).status_code == 200
+    killed = record.instances[0].pid
+    os.kill(killed, signal.SIGKILL)
+    wait_until(lambda: not _alive(killed), 30, what="the killed instance gone")
+    # The dead instance's socket is closed with it: every request goes to a living one,
+    # including while the supervisor brings it back (it listens only once loaded).
+    answers = [answer() for _ in range(20)]
+    assert killed not in answers
+    assert predictor.predict([[1, 2]])["n"] == 1
 
 
 def test_batching_options_reach_the_server(session, onnx_dir):

@@ -47,7 +47,7 @@ def endpoint_json(record: EndpointRecord) -> dict[str, Any]:
         "name": record.name, "status": str(record.status), "model_data": record.model_data,
         "config": config, "failure_reason": record.failure_reason,
         "created_at": record.created_at.isoformat(), "updated_at": record.updated_at.isoformat(),
-        "supervisor": dict(record.supervisor),
+        "supervisor": dict(record.supervisor), "urls": list(record.urls),
         "instances": [{"index": i.index, "host": i.host, "port": i.port, "pid": i.pid,
                        "status": str(i.status), "restarts": i.restarts, "url": i.url}
                       for i in record.instances],
@@ -117,7 +117,9 @@ def describe(
                 f"{cfg.batching.max_batch_delay_ms:g}" if cfg.batching else "off")
     sup = dict(r.supervisor)
     rows: list[tuple[str, Any]] = [
-        ("name", r.name), ("status", _status(r.status)), ("model data", r.model_data),
+        ("name", r.name), ("status", _status(r.status)),
+        ("url", ", ".join(f"{u}/invocations" for u in r.urls) or "-"),
+        ("model data", r.model_data),
         ("instance type", cfg.instance_type), ("instance count", str(cfg.instance_count)),
         ("batching", batching), ("code", cfg.entry_point or ("shipped" if cfg.code else "-")),
         ("own environment", "yes" if cfg.requirements else "from code/requirements.txt, if any"),

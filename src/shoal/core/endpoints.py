@@ -130,8 +130,8 @@ class BatchingOptions:
 class EndpointConfig:
     """How an endpoint serves its model.
 
-    *port* fixes the first instance's port (instance *i* listens on ``port + i``); None picks
-    free ports. *code* says the deployer shipped an entry point / source dir for ``code/``,
+    *port* fixes the endpoint's port, which all its instances share (an LLM's instance *i*
+    listens on ``port + i``); None picks a free one. *code* says the deployer shipped an entry point / source dir for ``code/``,
     *requirements* that it shipped a requirements file for the model's own environment.
     *min_instances* / *max_instances* bound autoscaling (SageMaker's
     ``managed_instance_scaling``); only an endpoint on Ray Serve scales, between them.
@@ -172,8 +172,9 @@ class EndpointConfig:
                 f" <= {count} <= {self.max_instances!r}", argument="managed_instance_scaling")
         if self.port is not None and (not isinstance(self.port, int) or isinstance(
                 self.port, bool) or not 1 <= self.port <= 65535 - count + 1):
-            raise InvalidArgumentError(f"port must be an integer from 1 to 65535 (one port per "
-                                       f"instance from it), got {self.port!r}", argument="port")
+            raise InvalidArgumentError(f"port must be an integer from 1 to {65535 - count + 1} "
+                                       f"(the instances share it; an LLM's take one port each "
+                                       f"from it), got {self.port!r}", argument="port")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise InvalidArgumentError("env must map str to str", argument="env")
         if not isinstance(self.startup_timeout_s, int | float) or self.startup_timeout_s <= 0:
@@ -266,6 +267,12 @@ class EndpointRecord:
     def serving(self) -> tuple[EndpointInstance, ...]:
         """The instances answering requests now."""
         return tuple(i for i in self.instances if i.status == InstanceStatus.IN_SERVICE)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The endpoint's addresses: one when its instances share it (a supervised model
+        server's instances, or Ray Serve's route), else one per instance (an LLM's)."""
+        return tuple(dict.fromkeys(i.url for i in self.instances))
 
 
 def endpoint_key(name: str, *parts: str) -> str:

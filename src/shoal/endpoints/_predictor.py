@@ -1,9 +1,10 @@
 """``Predictor``: send requests to an endpoint's instances, SageMaker's way.
 
-The instance addresses come from the endpoint's record. Requests go round-robin over the
-instances in service through one pooled httpx client; a connection error moves on to another
-instance and re-reads the addresses (a restarted instance may be back, or gone), for up to
-``connect_retry_seconds``. A 4xx/5xx answer raises ``InvocationError`` with the server's
+The endpoint's address comes from its record: one URL that its instances share (the kernel
+spreads connections over the ones that are loaded and alive), or, for an endpoint whose
+instances each have their own (an LLM's), round-robin over those in service. Requests go
+through one pooled httpx client; a connection error moves on to another address and re-reads
+the record (a restarted instance may be back, or gone), for up to ``connect_retry_seconds``. A 4xx/5xx answer raises ``InvocationError`` with the server's
 status code and message.
 """
 
@@ -166,7 +167,8 @@ class Predictor:
     def _refresh(self) -> tuple[EndpointInstance, ...]:
         record = EndpointService.for_session(self.sagemaker_session).get(self.endpoint_name)
         raise_unless_serving(record)
-        self._instances = record.serving
+        # Instances that share an address are one destination (the kernel picks the instance).
+        self._instances = tuple({i.url: i for i in reversed(record.serving)}.values())[::-1]
         return self._instances
 
     def _pick(self) -> EndpointInstance | None:

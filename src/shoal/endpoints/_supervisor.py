@@ -2,9 +2,15 @@
 
 It stages the model once (``_staging.py``), builds the model's own environment when it asks
 for one, starts ``instance_count`` server processes (``python -m shoal.serving``) on
-127.0.0.1, waits for each ``/ping`` to answer 200 and then marks the endpoint InService with
-their addresses. A server that dies is restarted on the same port after a bounded backoff
-(restarts are counted on the record). SIGTERM, or the record moving to Deleting, stops them
+127.0.0.1 and marks the endpoint InService once all of them serve. The instances share one
+port, the endpoint's one address: each binds it with ``SO_REUSEPORT`` (``--reuse-port``) and
+listens only once its model is loaded, so the kernel spreads connections over the loaded,
+living ones and an instance that dies or is still loading gets none. An instance tells it is
+loaded by writing its port file; the supervisor holds a bound, never-listening socket of the
+group so that the port stays the endpoint's while instances restart. (An LLM server cannot
+share its port: each of its instances gets its own, as before, and ``Predictor`` spreads
+requests over them.) A server that dies is restarted on the same port after a bounded
+backoff (restarts are counted on the record). SIGTERM, or the record moving to Deleting, stops them
 all and removes the record. An instance that never becomes healthy fails the endpoint with
 the end of its output (a traceback, usually) and its log is kept in the artifact store under
 ``endpoints/<name>/logs/``.
@@ -144,6 +150,9 @@ class EndpointSupervisor:
         self._env: dict[str, str] = {}
         self._cwd: Path | None = None
         self._client: Any = None
+        #: the instances share one port (not an LLM); the socket that keeps it theirs
+        self._shared = False
+        self._reserved: socket.socket | None = None
 
     def _say(self, message: str) -> None:
         sys.stdout.write(f"[shoal] endpoint {self._name}: {message}\n")
@@ -175,7 +184,8 @@ class EndpointSupervisor:
                 if not self._stopping:
                     self._store.update_endpoint(self._name, status=EndpointStatus.IN_SERVICE,
                                                 expected=EndpointStatus.CREATING)
-                    self._say(f"InService on {', '.join(str(i.port) for i in self._instances)}")
+                    ports = dict.fromkeys(str(i.port) for i in self._instances)
+                    self._say(f"InService on {', '.join(ports)}")
                     self._watch()
             except _Failed as e:
                 self._fail(str(e))
@@ -193,6 +203,8 @@ class EndpointSupervisor:
         finally:
             self._kill_all()
             self._client.close()
+            if self._reserved is not None:
+                self._reserved.close()
 
     def _fail(self, reason: str) -> None:
         import shutil
@@ -252,6 +264,13 @@ class EndpointSupervisor:
             [pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
+        self._shared = not (model_dir / "serving.properties").is_file()  # not an LLM
+        if self._shared:
+            shared = self._reserve_port(cfg.port)
+            self._instances = [_Instance(index, shared, self._dir / "logs" /
+                                         f"instance-{index}.log")
+                               for index in range(cfg.instance_count)]
+            return
         for index in range(cfg.instance_count):
             port = cfg.port + index if cfg.port is not None else None
             if port is not None and _port_in_use(port):
@@ -259,6 +278,24 @@ class EndpointSupervisor:
                               "choose another port, or leave port unset to use free ones")
             self._instances.append(_Instance(index, port, self._dir / "logs" /
                                              f"instance-{index}.log"))
+
+    def _reserve_port(self, port: int | None) -> int:
+        """The endpoint's port (*port*, or a free one), held by a bound socket that never
+        listens: no other process can take it while the instances (re)start."""
+        if port is not None and _port_in_use(port):
+            raise _Failed(f"port {port} on {HOST} is already in use; choose another port, or "
+                          "leave port unset to use a free one")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((HOST, port or 0))
+        except OSError as e:
+            sock.close()
+            raise _Failed(f"cannot bind port {port or 0} on {HOST} with SO_REUSEPORT, which "
+                          f"the endpoint's instances share: {e}") from e
+        self._reserved = sock
+        return int(sock.getsockname()[1])
 
     def _environment(self, model_dir: Path, requirements: str | None) -> tuple[str, str]:
         """The interpreter and PYTHONPATH entry the servers run with."""
@@ -285,6 +322,8 @@ class EndpointSupervisor:
         # Port 0 lets the server bind a free port itself (no race with another process); a
         # restart asks for the same port again, so the instance keeps its address.
         argv = [*self._argv, "--port", str(inst.port or 0), "--port-file", str(inst.port_file)]
+        if self._shared:
+            argv.append("--reuse-port")  # it writes the port file once it listens
         with open(inst.log, "ab") as log:
             inst.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -297,6 +336,8 @@ class EndpointSupervisor:
                   f"{inst.port or 'of its choosing'})")
 
     def _healthy(self, inst: _Instance) -> bool:
+        if self._shared:  # its /ping is not its own to reach: it says when it listens
+            return inst.port_file.exists()
         port = inst.read_port()
         if port is None:
             return False
@@ -311,13 +352,25 @@ class EndpointSupervisor:
         delay = 0.02
         while True:
             pending = [i for i in self._instances if i.status != InstanceStatus.IN_SERVICE]
-            if not pending:
+            if not pending and (not self._shared or self._url_answers()):
                 return
+            if not pending and time.monotonic() > max(i.deadline for i in self._instances):
+                raise _Failed(f"the instances said they listen on port {self._instances[0].port}"
+                              f", but it did not answer /ping with 200 within "
+                              f"{self._startup_timeout:g} s")
             for inst in pending:
                 self._check_starting(inst, first=True)
             if self._pause(delay):
                 return
             delay = min(delay * 1.5, 0.25)
+
+    def _url_answers(self) -> bool:
+        """The shared address answers /ping with 200 (the instances said they listen)."""
+        try:
+            url = f"http://{HOST}:{self._instances[0].port}/ping"
+            return bool(self._client.get(url).status_code == 200)
+        except Exception:
+            return False
 
     def _check_starting(self, inst: _Instance, *, first: bool) -> None:
         """One look at a starting instance: healthy, exited, or out of time."""
@@ -344,7 +397,7 @@ class EndpointSupervisor:
         if first:
             raise _Failed(reason)
         inst.failed_starts += 1
-        if self._fixed_port is None:
+        if self._fixed_port is None and not self._shared:
             inst.port = None  # perhaps its port was taken meanwhile: let it choose another
         if inst.failed_starts >= MAX_FAILED_STARTS:
             raise _Failed(f"{reason}\n(it failed to restart {inst.failed_starts} times in a row)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from shoal.errors import (
 )
 from shoal.jobs._payloads import load_payload, store_payloads
 from shoal.jobs._training import ranks_of
+from shoal.jobs._wake import WakeChannel, notify, open_channel
 from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
 from shoal.serialization import Payload, deserialize, resign, serialize
 from shoal.serialization.keys import is_sealed, new_salt, open_env, payload_key, seal_env
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["JobService", "log_key"]
 
 logger = logging.getLogger(__name__)
+
+_HOST = socket.gethostname()
 
 #: How long a record may sit without a launched supervisor before the reaper fails it.
 _UNLAUNCHED_GRACE_S = 120.0
@@ -82,7 +86,6 @@ def _with_client(spec: JobSpec) -> JobSpec:
     """*spec* naming the process that submits it (``client``: host, pid, start
     ticks), so that a record whose client died before a supervisor took it ends at once."""
     import os
-    import socket
 
     from shoal.backends.procfs import start_ticks
 
@@ -96,8 +99,6 @@ def _with_client(spec: JobSpec) -> JobSpec:
 def _client_gone(record: JobRecord) -> str | None:
     """Why *record*'s client can no longer hand it to a supervisor (it ran on this host and
     has exited), or None."""
-    import socket
-
     from shoal.backends.procfs import process_state, start_ticks
 
     client = record.spec.client
@@ -121,7 +122,8 @@ class JobService:
     def __init__(self, metadata: JobStore, artifacts: ArtifactStore, backend: Backend, *,
                  metrics: MetricStore, supervisor_entrypoint: str,
                  supervisor_env: Mapping[str, str], supervisor_prepare: str | None = None,
-                 clock: Clock | None = None, keys: JobKeys | None = None) -> None:
+                 clock: Clock | None = None, keys: JobKeys | None = None,
+                 wake_dir: Path | None = None) -> None:
         self.metadata = metadata
         #: Where a job's supervisor writes the job's metrics (``job:<name>``).
         self.metrics = metrics
@@ -137,6 +139,8 @@ class JobService:
         #: supervisor, which knows only the secrets handed to it (``hand_over``).
         self.keys = keys
         self._handed: dict[str, str] = {}
+        #: Where clients waiting on this host are woken when a job ends (``_wake.py``).
+        self._wake_dir = wake_dir
 
     # --- keys -------------------------------------------------------------------------
 
@@ -427,6 +431,8 @@ class JobService:
         """transition() without reading the record back (the supervisor's hot path)."""
         self.metadata.update_job(name, status=status, want_record=False, **fields)
         logger.info("job %s is %s", name, status, extra={"job_id": name})
+        if status.is_terminal:
+            self._wake([name])
 
     def advance_many(self, changes: Sequence[JobChange]) -> list[bool]:
         """Several transitions in one transaction (a batch's jobs); which were applied."""
@@ -435,6 +441,8 @@ class JobService:
             if ok:
                 logger.info("job %s is %s", change.name, change.status,
                             extra={"job_id": change.name})
+        self._wake([c.name for c, ok in zip(changes, applied, strict=True)
+                    if ok and c.status.is_terminal])
         return applied
 
     def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
@@ -445,7 +453,14 @@ class JobService:
             logger.info("job %s failed: %s", name, fields.get("reason"), extra={"job_id": name})
         else:
             logger.info("job %s is %s", name, status, extra={"job_id": name})
+        if status.is_terminal:
+            self._wake([name])
         return record
+
+    def _wake(self, names: list[str]) -> None:
+        """Wake the clients on this host that wait for *names* (their ends are committed)."""
+        if names and self._wake_dir is not None:
+            notify(self._wake_dir, names)
 
     def get(self, name: str) -> JobRecord:
         return self.metadata.get_job(name)
@@ -476,12 +491,25 @@ class JobService:
     def _wait(self, name: str, timeout: float | None,
               on_output: Callable[[bytes], None] | None,
               on_status: Callable[[JobRecord], None] | None) -> JobRecord:
-        deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiters.get(name)
         if waiter is not None and on_output is None and on_status is None:
             # A warm worker says when the job has ended: block on that, then read the record.
             waiter.wait(timeout if timeout is not None else 3600.0)
-        delay, offset = 0.001, 0
+        wake = None  # bound before the first read of the record
+        if waiter is None and self._wake_dir is not None:
+            wake = open_channel(self._wake_dir, name)
+        try:
+            return self._poll(name, timeout, on_output, on_status, waiter, wake)
+        finally:
+            if wake is not None:
+                wake.close()
+
+    def _poll(self, name: str, timeout: float | None,
+              on_output: Callable[[bytes], None] | None,
+              on_status: Callable[[JobRecord], None] | None, waiter: JobWaiter | None,
+              wake: WakeChannel | None) -> JobRecord:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay, offset, cap = 0.001, 0, 0.05
         next_log = next_liveness = time.monotonic()
         last_status = None
         while True:
@@ -510,8 +538,15 @@ class JobService:
                 # A warm worker tells us when the job ends: no polling needed meanwhile.
                 waiter.wait(0.1 if on_output is not None else 0.5)
                 continue
-            time.sleep(delay)  # bounded polling of the durable record
-            delay = min(delay * 1.5, 0.05)
+            if wake is not None:
+                # A supervisor on this host wakes us when it records the end, so the record
+                # is read less often; one elsewhere (Ray, a shared home) cannot: poll as usual.
+                if self.backend.name == "local" and record.handle.get("host") in (None, _HOST):
+                    cap = 0.1 if on_output is not None else 0.25
+                wake.wait(delay)
+            else:
+                time.sleep(delay)  # bounded polling of the durable record
+            delay = min(delay * 1.5, cap)
 
     def outcome(self, record: JobRecord) -> Any:
         """The job's return value, or the matching exception."""

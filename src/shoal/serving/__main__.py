@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, metavar="PATH_OR_URI",
                    help="model directory, model.tar.gz, or an fsspec URL of either")
     add_to_parser(p)  # the same flags as 'shoal serve' (serving/_flags.py)
+    p.add_argument("--reuse-port", action="store_true",
+                   help="share --port with other servers (SO_REUSEPORT), listening only once "
+                        "the model is loaded; --port-file is written then (an endpoint's "
+                        "instances share one address this way)")
     return p
 
 
@@ -53,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from shoal.serving._run import serve
 
     try:
-        return serve(args.model, options=options, port_file=args.port_file)
+        return serve(args.model, options=options, port_file=args.port_file,
+                     shared=args.reuse_port)
     except ShoalError as e:
         sys.stderr.write(f"python -m shoal.serving: {e}\n")
         return 1

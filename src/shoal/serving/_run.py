@@ -2,6 +2,11 @@
 uvicorn in this process, or supervise ``workers`` uvicorn processes, each on its own socket
 of the same port (``SO_REUSEPORT``: the kernel spreads the connections).
 
+With ``shared`` (``--reuse-port``), the server joins a port other servers listen on too (an
+endpoint's instances share one address): every socket it binds there takes ``SO_REUSEPORT``,
+none listens before its worker has the model, so the kernel gives connections only to
+loaded servers, and the port file is written once all its workers have their model.
+
 A worker whose model fails to load exits with status 1, and so does the whole server: a model
 that cannot load is not retried in a loop.
 """
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._internal.extras import SERVER_MODULES, require
+from shoal.errors import ServingError
 from shoal.serving._artifact import resolve_model
 from shoal.serving._handlers import select_handler
 from shoal.serving._options import ServerOptions
@@ -42,12 +48,12 @@ _LLM_PROPERTIES = "serving.properties"
 _LLM_SERVER = "shoal.llm.serving._run"
 
 def serve(model: str | os.PathLike[str], *, options: ServerOptions,
-          port_file: str | os.PathLike[str] | None = None) -> int:
+          port_file: str | os.PathLike[str] | None = None, shared: bool = False) -> int:
     """Serve *model* until SIGTERM or SIGINT; return the exit status (0, or 1 when the model
     failed to load).
 
     *port_file*, when given, receives the bound port once the socket listens (useful with
-    ``port=0``). Raises ``ModelLoadError`` before listening when *model* holds nothing to
+    ``port=0``; with *shared*, once every worker has its model). Raises ``ModelLoadError`` before listening when *model* holds nothing to
     serve, and ``ServingError`` when the port cannot be bound.
     """
     if Path(os.fspath(model)).name == _LLM_PROPERTIES:
@@ -55,14 +61,19 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
     resolved = resolve_model(model)
     try:
         if (resolved.path / _LLM_PROPERTIES).is_file():
+            if shared:
+                raise ServingError("an LLM server cannot share its port with others "
+                                   "(--reuse-port); give each one its own port")
             return _serve_llm(resolved.path, options, port_file)
         # A missing extra fails here, before listening, naming it (not a traceback later).
         require("serve", "the model server", *SERVER_MODULES)
         select_handler(resolved.path, options)  # fail before listening when there is no model
-        socks = bind_workers(options.host, options.port, options.workers)
+        socks = (bind_shared(options.host, options.port, options.workers) if shared
+                 else bind_workers(options.host, options.port, options.workers))
         sock = socks[0]
         port = sock.getsockname()[1]
-        if port_file is not None:
+        ready_file = str(port_file) if port_file is not None and shared else None
+        if port_file is not None and not shared:
             write_port_file(port_file, port)
         sys.stdout.write(f"shoal model server listening on http://{url_host(options.host)}:"
                          f"{port} (model {resolved.path}, {options.workers} worker"
@@ -70,9 +81,12 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
         sys.stdout.flush()
         with StopSignals():
             try:
-                if options.workers == 1:
+                if options.workers == 1 and not shared:
                     return run_worker(sock, str(resolved.path), options)
-                return _supervise(socks, str(resolved.path), options)
+                if options.workers == 1:  # the port file is written once it has the model
+                    return run_worker(sock, str(resolved.path), options, WorkerReadiness(
+                        bytearray(1), 0, shared=True, ready_file=ready_file, port=port))
+                return _supervise(socks, str(resolved.path), options, shared, ready_file)
             except Stop:
                 return 0
             finally:
@@ -118,17 +132,42 @@ def bind_workers(host: str, port: int, workers: int) -> list[socket.socket]:
     return socks
 
 
+def bind_shared(host: str, port: int, workers: int) -> list[socket.socket]:
+    """One bound, not yet listening, ``SO_REUSEPORT`` socket per worker on *host*:*port*, a
+    port other servers may share (each worker listens once its model is loaded)."""
+    if not reuse_port_works():
+        raise ServingError("this kernel refuses SO_REUSEPORT, so servers cannot share a port; "
+                           "give each one its own", host=host, port=port)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            socks.append(bind(host, port, reuse_port=True, listen=False))
+            port = socks[0].getsockname()[1]
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
 class WorkerReadiness:
     """Which of a server's workers have their model, in memory the workers share: worker
     *index* marks itself, and its ``/ping`` answers 200 only once every worker has."""
 
-    def __init__(self, flags: Any, index: int) -> None:
+    def __init__(self, flags: Any, index: int, *, shared: bool = False,
+                 ready_file: str | None = None, port: int = 0) -> None:
         self._flags = flags  # multiprocessing RawArray, one byte per worker
         self.index = index
         self._all = False
+        #: on a shared port every worker listens only once loaded (none answers 503 there)
+        self.listen_when_loaded = index > 0 or shared
+        self._ready_file = ready_file
+        self._port = port
 
     def mark_ready(self) -> None:
         self._flags[self.index] = 1
+        if self._ready_file is not None and all(self._flags):
+            write_port_file(self._ready_file, self._port)
 
     def all_ready(self) -> bool:
         if not self._all:  # once all are, they stay (a worker that dies ends the server)
@@ -151,25 +190,29 @@ def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions,
         if readiness is not None:
             app.others_ready = readiness.all_ready
             app.on_ready = readiness.mark_ready
-            app.listen_when_loaded = readiness.index > 0
+            app.listen_when_loaded = readiness.listen_when_loaded
         return app
 
     return run_app(make_app, sock, options)
 
 
 def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions, flags: Any,
-                 index: int) -> None:
+                 index: int, shared: bool = False, ready_file: str | None = None) -> None:
     from shoal._internal import logconfig
 
     logconfig.configure(logging.INFO)
-    sys.exit(run_worker(sock, model_dir, options, WorkerReadiness(flags, index)))
+    readiness = WorkerReadiness(flags, index, shared=shared, ready_file=ready_file,
+                                port=sock.getsockname()[1])
+    sys.exit(run_worker(sock, model_dir, options, readiness))
 
 
-def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOptions) -> int:
+def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOptions,
+               shared: bool = False, ready_file: str | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.RawArray("b", options.workers)
     procs = [ctx.Process(target=_worker_main,
-                         args=(socks[i % len(socks)], model_dir, options, flags, i),
+                         args=(socks[i % len(socks)], model_dir, options, flags, i, shared,
+                               ready_file),
                          name=f"shoal-model-worker-{i}") for i in range(options.workers)]
     for p in procs:
         p.start()
