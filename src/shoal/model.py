@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from shoal.endpoints import Model
-from shoal.endpoints._framework_models import FrameworkModel
+from shoal.endpoints.framework_models import FrameworkModel
 
 __all__ = ["FrameworkModel", "Model"]

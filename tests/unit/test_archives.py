@@ -231,7 +231,7 @@ def test_the_model_server_and_the_workdir_use_the_caps_of_the_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from shoal.envs.workdir import unpack_workdir
     from shoal.errors import ModelLoadError
-    from shoal.serving._artifact import resolve_model
+    from shoal.serving.artifact import resolve_model
 
     monkeypatch.setenv("SHOAL_MAX_EXTRACT_BYTES", str(MIB))
     monkeypatch.setenv("SHOAL_MAX_EXTRACT_FILES", "5")

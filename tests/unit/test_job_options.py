@@ -13,7 +13,7 @@ from shoal import RemoteExecutor, remote
 from shoal.core.jobs import Distribution, JobKind
 from shoal.errors import InvalidArgumentError
 from shoal.estimator import Estimator
-from shoal.jobs._options import JobOptions, job_spec
+from shoal.jobs.options import JobOptions, job_spec
 from shoal.remote_function._options import RemoteOptions
 
 

@@ -18,7 +18,7 @@ from shoal.llm.serving._properties import (
     load_serving_options,
     locate_model,
 )
-from shoal.serving._http import RequestError
+from shoal.serving.http import RequestError
 
 
 def _props(tmp_path: Path, text: str) -> Path:

@@ -15,10 +15,10 @@ import pytest
 from shoal.errors import ConfigError, ModelLoadError
 from shoal.serving import ServerOptions
 from shoal.serving._batching import InferenceQueue
-from shoal.serving._codecs import CSV, JSON, NPY, decode, encode, load_npy, media_type, negotiate
 from shoal.serving._handlers import OnnxHandler, SklearnHandler, select_handler
-from shoal.serving._http import RequestError
 from shoal.serving._options import DEFAULT_MAX_BATCH_SIZE
+from shoal.serving.codecs import CSV, JSON, NPY, decode, encode, load_npy, media_type, negotiate
+from shoal.serving.http import RequestError
 
 # --- options ---------------------------------------------------------------------------------
 
@@ -261,7 +261,7 @@ def test_resolve_model_from_fsspec_urls_into_a_private_copy() -> None:
 
     import fsspec
 
-    from shoal.serving._artifact import resolve_model
+    from shoal.serving.artifact import resolve_model
 
     fs = fsspec.filesystem("memory")
     root = f"/models-{uuid.uuid4().hex[:8]}"
@@ -285,7 +285,7 @@ def test_resolve_model_from_fsspec_urls_into_a_private_copy() -> None:
 
 
 def test_archives_cannot_write_outside_their_directory(tmp_path: Path) -> None:
-    from shoal.serving._artifact import resolve_model
+    from shoal.serving.artifact import resolve_model
 
     evil = tmp_path / "evil.tar.gz"
     evil.write_bytes(_tar({"../../escaped.txt": b"x"}))

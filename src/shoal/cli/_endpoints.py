@@ -189,8 +189,8 @@ def delete(name: Annotated[str, typer.Argument(help="The endpoint's name.")]) ->
 
 
 def _serve_parameters() -> list[inspect.Parameter]:
-    """``shoal serve``'s options, generated from the server's own flags (serving/_flags.py)."""
-    from shoal.serving._flags import FLAGS
+    """``shoal serve``'s options, generated from the server's own flags (serving/flags.py)."""
+    from shoal.serving.flags import FLAGS
 
     params = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=Annotated[str, typer.Argument(
@@ -213,7 +213,7 @@ def serve(model: str, **flags: Any) -> None:
     The same options as 'python -m shoal.serving', which this runs (in this process: signals
     reach it)."""
     from shoal.config import child_environ
-    from shoal.serving._flags import FLAGS
+    from shoal.serving.flags import FLAGS
 
     argv = [sys.executable, "-m", "shoal.serving", "--model", model]
     env = child_environ()

@@ -71,7 +71,7 @@ def submit(
 
     Example: shoal jobs submit --instance-type ml.m5.large -- python train.py --epochs 3
     """
-    from shoal.remote_function._options import RemoteOptions
+    from shoal.remote_function import RemoteOptions
     from shoal.remote_function.command import run_command
 
     session = state.session()

@@ -9,8 +9,8 @@ service. The model server runtime itself lives in ``shoal.serving`` (the LLM ser
 are only SageMaker's paths to these classes.
 """
 
-from shoal.endpoints._model import Model
 from shoal.endpoints._predictor import Predictor
 from shoal.endpoints._service import EndpointService
+from shoal.endpoints.model import Model
 
 __all__ = ["EndpointService", "Model", "Predictor"]

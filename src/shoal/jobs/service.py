@@ -40,7 +40,7 @@ from shoal.serialization.keys import is_sealed, new_salt, open_env, payload_key,
 from shoal.storage.artifacts import job_key
 
 if TYPE_CHECKING:
-    from shoal.jobs._batchclient import JobBatch
+    from shoal.jobs.batchclient import JobBatch
 
 __all__ = ["JobService", "log_key"]
 
@@ -264,8 +264,8 @@ class JobService:
         created; once they are, a failure to store the payloads or to start a worker fails the
         jobs instead (their outcomes say why).
         """
-        from shoal.jobs._batchclient import JobBatch
         from shoal.jobs._batchfiles import new_batch_id, write_batch
+        from shoal.jobs.batchclient import JobBatch
 
         self._check_submission()
         template = specs[0]

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shoal.endpoints._model import Model
-from shoal.endpoints._predictor import Predictor
+from shoal.endpoints import Model, Predictor
 from shoal.errors import InvalidArgumentError
 from shoal.llm._serving import read_serving_properties, write_serving_properties
 

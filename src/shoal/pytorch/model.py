@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.endpoints._framework_models import PyTorchModel, PyTorchPredictor
+from shoal.endpoints.framework_models import PyTorchModel, PyTorchPredictor
 
 __all__ = ["PyTorchModel", "PyTorchPredictor"]

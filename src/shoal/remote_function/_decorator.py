@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from shoal.jobs._options import is_ray
+from shoal.jobs.options import is_ray
 from shoal.remote_function._executor import _batchable
 from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls

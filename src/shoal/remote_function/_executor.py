@@ -25,7 +25,7 @@ from typing import Any
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
 from shoal.errors import InvalidArgumentError, JobNotFound
-from shoal.jobs._options import is_ray, keep_alive_seconds
+from shoal.jobs.options import is_ray, keep_alive_seconds
 from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls
 

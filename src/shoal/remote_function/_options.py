@@ -15,7 +15,7 @@ from shoal.core.jobs import JobKind, JobSpec, RunRef, Workdir
 from shoal.core.tags import normalise_tags as _normalise_tags
 from shoal.errors import InvalidArgumentError
 from shoal.experiments import current_run_context
-from shoal.jobs._options import JobOptions, job_spec, new_job_name, positive
+from shoal.jobs.options import JobOptions, job_spec, new_job_name, positive
 from shoal.remote_function._checkpoint import find_checkpoint_location
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from shoal.core.ports import RunStore
 from shoal.errors import ShoalError
 
 if TYPE_CHECKING:
-    from shoal.jobs._batchclient import JobBatch
+    from shoal.jobs.batchclient import JobBatch
     from shoal.jobs.service import JobService
 
 __all__ = ["link_to_run", "run_call", "submit_calls"]

@@ -26,7 +26,7 @@ from shoal.serving._options import ServerOptions
 if TYPE_CHECKING:
     from shoal.serving._app import ModelServerApp, create_app
     from shoal.serving._run import serve
-    from shoal.serving._script import InferenceContext
+    from shoal.serving.script import InferenceContext
 
 __all__ = ["InferenceContext", "ModelServerApp", "ServerOptions", "create_app", "serve"]
 
@@ -34,7 +34,7 @@ _LAZY = {
     "create_app": "shoal.serving._app",
     "ModelServerApp": "shoal.serving._app",
     "serve": "shoal.serving._run",
-    "InferenceContext": "shoal.serving._script",
+    "InferenceContext": "shoal.serving.script",
 }
 
 

@@ -18,14 +18,14 @@ from shoal.errors import ConfigError, ShoalError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shoal.serving._flags import add_to_parser
+    from shoal.serving.flags import add_to_parser
 
     p = argparse.ArgumentParser(
         prog="python -m shoal.serving",
         description="Serve a model over SageMaker's /ping + /invocations contract.")
     p.add_argument("--model", required=True, metavar="PATH_OR_URI",
                    help="model directory, model.tar.gz, or an fsspec URL of either")
-    add_to_parser(p)  # the same flags as 'shoal serve' (serving/_flags.py)
+    add_to_parser(p)  # the same flags as 'shoal serve' (serving/flags.py)
     p.add_argument("--reuse-port", action="store_true",
                    help="share --port with other servers (SO_REUSEPORT), listening only once "
                         "the model is loaded; --port-file is written then (an endpoint's "
@@ -37,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from shoal._internal import logconfig
     from shoal.config import shoal_environ
-    from shoal.serving._flags import option_values
     from shoal.serving._options import API_KEY_VAR, ServerOptions
+    from shoal.serving.flags import option_values
 
     logconfig.configure(getattr(logging, args.log_level))
     environ = shoal_environ()

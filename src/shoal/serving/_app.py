@@ -16,17 +16,17 @@ import os
 from collections.abc import Callable
 
 from shoal.errors import ModelLoadError
-from shoal.serving import _codecs
-from shoal.serving._artifact import ResolvedModel, resolve_model
-from shoal.serving._asgi import Receive, Scope, Send
+from shoal.serving import codecs
 from shoal.serving._batching import InferenceQueue
 from shoal.serving._handlers import Handler, select_handler
-from shoal.serving._http import RequestError, read_body
-from shoal.serving._http import respond as _respond
-from shoal.serving._http import respond_error as _error
-from shoal.serving._metrics import ServerMetrics
 from shoal.serving._options import ServerOptions
+from shoal.serving.artifact import ResolvedModel, resolve_model
+from shoal.serving.asgi import Receive, Scope, Send
+from shoal.serving.http import RequestError, read_body
+from shoal.serving.http import respond as _respond
+from shoal.serving.http import respond_error as _error
 from shoal.serving.loading import LoadingApp, ModelState, answer
+from shoal.serving.metrics import ServerMetrics
 
 __all__ = ["ModelServerApp", "ModelState", "create_app"]
 
@@ -188,14 +188,14 @@ class ModelServerApp(LoadingApp[None]):
 
     def _work_out_types(self, raw_type: bytes | None,
                         raw_accept: bytes | None) -> tuple[str, str] | RequestError:
-        content_type = _codecs.media_type(None if raw_type is None
+        content_type = codecs.media_type(None if raw_type is None
                                           else raw_type.decode("latin-1"))
         accepted = self.handler.content_types
         try:
             if accepted is not None and content_type not in accepted:
-                raise _codecs.unsupported(content_type, accepted)
+                raise codecs.unsupported(content_type, accepted)
             accept = None if raw_accept is None else raw_accept.decode("latin-1")
-            return content_type, _codecs.negotiate(accept, content_type, self.handler.accepts)
+            return content_type, codecs.negotiate(accept, content_type, self.handler.accepts)
         except RequestError as e:
             return e
 

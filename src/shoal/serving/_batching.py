@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from shoal.serving._http import RequestError
+from shoal.serving.http import RequestError
 from shoal.serving.loop import ServingLoop
 
 __all__ = ["InferenceQueue"]

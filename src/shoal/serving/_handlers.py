@@ -2,7 +2,7 @@
 encode, LitServe's shape), the handlers chosen from the artifact (ONNX, scikit-learn,
 TorchScript), and ``select_handler``, which picks one for a model directory.
 
-The handler for ``code/inference.py`` lives in ``_script.py``. Heavy libraries are imported in
+The handler for ``code/inference.py`` lives in ``script.py``. Heavy libraries are imported in
 ``load()``, which runs in the background after the server listens.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 from shoal._internal.extras import require
 from shoal.errors import ModelLoadError
-from shoal.serving import _codecs
-from shoal.serving._http import RequestError, bad_request, model_error
+from shoal.serving import codecs
 from shoal.serving._options import ServerOptions
+from shoal.serving.http import RequestError, bad_request, model_error
 
 __all__ = ["Handler", "OnnxHandler", "SklearnHandler", "TorchScriptHandler", "select_handler"]
 
@@ -40,9 +40,9 @@ class Handler(abc.ABC):
     #: whether ``predict`` may be given several requests at once (decided by ``load``)
     batchable: bool = False
     #: request types ``decode`` understands (415 for others); None: the user's code decides
-    content_types: tuple[str, ...] | None = _codecs.SUPPORTED
+    content_types: tuple[str, ...] | None = codecs.SUPPORTED
     #: response types ``encode`` can write (406 for others); None: the user's code decides
-    accepts: tuple[str, ...] | None = _codecs.SUPPORTED
+    accepts: tuple[str, ...] | None = codecs.SUPPORTED
     #: whether a batch transform may pack several records into one request
     multi_record: bool = True
 
@@ -58,14 +58,14 @@ class Handler(abc.ABC):
     def decode(self, body: bytes, content_type: str, accept: str) -> Any:
         """The request's body as the model's input. Runs on the event loop (or, for large
         bodies, a helper thread): keep it to parsing; user code belongs in ``predict``."""
-        return _codecs.decode(body, content_type)
+        return codecs.decode(body, content_type)
 
     @abc.abstractmethod
     def predict(self, batch: list[Any]) -> list[Any]:
         """One result per decoded request in *batch*."""
 
     def encode(self, prediction: Any, accept: str) -> tuple[bytes, str]:
-        return _codecs.encode(prediction, accept), accept
+        return codecs.encode(prediction, accept), accept
 
     def artifact_path(self) -> Path:
         if self.artifact is None:
@@ -150,7 +150,7 @@ class OnnxHandler(Handler):
     def decode(self, body: bytes, content_type: str, accept: str) -> dict[str, Any]:
         single = len(self._names) == 1
         # onnxruntime only reads its inputs: an x-npy body's memory is used as it is.
-        data = _codecs.decode(body, content_type, dtype=self._dtypes[0] if single else None,
+        data = codecs.decode(body, content_type, dtype=self._dtypes[0] if single else None,
                               writable=False)
         if single and not isinstance(data, dict):  # the common case
             return {self._names[0]: self._fit(data, self._dtypes[0], self._shapes[0])}
@@ -242,7 +242,7 @@ class OnnxHandler(Handler):
     def encode(self, prediction: Any, accept: str) -> tuple[bytes, str]:
         value = prediction[0] if len(prediction) == 1 else dict(
             zip(self._outputs, prediction, strict=True))
-        return _codecs.encode(value, accept), accept
+        return codecs.encode(value, accept), accept
 
 
 # --- scikit-learn --------------------------------------------------------------------------
@@ -280,7 +280,7 @@ class SklearnHandler(Handler):
         return self._model
 
     def decode(self, body: bytes, content_type: str, accept: str) -> Any:
-        data = _codecs.decode(body, content_type)
+        data = codecs.decode(body, content_type)
         if isinstance(data, dict):
             raise bad_request("scikit-learn models take one array of rows; send a JSON array "
                               "(or {\"instances\": [...]})")
@@ -387,7 +387,7 @@ def select_handler(model_dir: Path, options: ServerOptions) -> Handler:
         raise ModelLoadError(f"model directory {model_dir} does not exist", path=str(model_dir))
     script = model_dir / "code" / "inference.py"
     if script.is_file():
-        from shoal.serving._script import ScriptHandler
+        from shoal.serving.script import ScriptHandler
 
         return ScriptHandler(model_dir, script, options)
     found = find_artifact(model_dir)

@@ -25,9 +25,9 @@ from typing import Any
 
 from shoal._internal.extras import SERVER_MODULES, require
 from shoal.errors import ServingError
-from shoal.serving._artifact import resolve_model
 from shoal.serving._handlers import select_handler
 from shoal.serving._options import ServerOptions
+from shoal.serving.artifact import resolve_model
 from shoal.serving.runner import (
     STOP_GRACE_S,
     Stop,

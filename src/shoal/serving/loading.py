@@ -18,8 +18,8 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from shoal.errors import ModelLoadError
-from shoal.serving._asgi import AsgiApp, Send, api_key_bytes
-from shoal.serving._http import ClientDisconnected, RequestError, respond_error
+from shoal.serving.asgi import AsgiApp, Send, api_key_bytes
+from shoal.serving.http import ClientDisconnected, RequestError, respond_error
 
 __all__ = ["LoadingApp", "ModelState", "answer"]
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from shoal.endpoints._framework_models import SKLearnModel, SKLearnPredictor
+from shoal.endpoints.framework_models import SKLearnModel, SKLearnPredictor
 
 __all__ = ["SKLearnModel", "SKLearnPredictor"]

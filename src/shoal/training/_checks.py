@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import InvalidArgumentError
-from shoal.jobs._options import positive
+from shoal.jobs.options import positive
 
 __all__ = ["check_code", "check_hyperparameters", "check_metrics", "positive"]
 
@@ -22,7 +22,7 @@ def check_code(entry_point: str | None, source_dir: str | None) -> tuple[str, Pa
         raise InvalidArgumentError("entry_point is required: the training script to run, e.g. "
                                    "entry_point='train.py' (relative to source_dir when given)",
                                    argument="entry_point")
-    from shoal.endpoints._model import check_code as check_model_code
+    from shoal.endpoints.model import check_code as check_model_code
 
     checked, src = check_model_code(entry_point, source_dir)
     return str(checked), src

@@ -23,7 +23,7 @@ from shoal.core.jobs import JobKind, JobSpec, JobStatus, RunRef, TrainingSpec
 from shoal.core.tags import normalise_tags
 from shoal.errors import InvalidArgumentError
 from shoal.image_uris import parse_image_uri
-from shoal.jobs._options import JobOptions, job_spec, new_job_name
+from shoal.jobs.options import JobOptions, job_spec, new_job_name
 from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
 from shoal.training._inputs import check_input_mode, resolve_channels
 from shoal.training._job import TrainingJob

@@ -116,7 +116,7 @@ class PyTorch(FrameworkModelMaker, Framework):  # type: ignore[misc]
     _framework_name = "pytorch"
 
     def _model_class(self) -> type[Any]:
-        from shoal.endpoints._framework_models import PyTorchModel
+        from shoal.endpoints.framework_models import PyTorchModel
 
         return PyTorchModel
 
@@ -180,7 +180,7 @@ class SKLearn(FrameworkModelMaker, Framework):  # type: ignore[misc]
     _framework_name = "sklearn"
 
     def _model_class(self) -> type[Any]:
-        from shoal.endpoints._framework_models import SKLearnModel
+        from shoal.endpoints.framework_models import SKLearnModel
 
         return SKLearnModel
 

@@ -40,17 +40,17 @@ from shoal.llm.serving._streams import (
     start,
     watch_disconnect,
 )
-from shoal.serving._asgi import Receive, Scope, Send
-from shoal.serving._codecs import decode_json_document
-from shoal.serving._http import (
+from shoal.serving import ServerOptions
+from shoal.serving.asgi import Receive, Scope, Send
+from shoal.serving.codecs import decode_json_document
+from shoal.serving.http import (
     ClientDisconnected,
     RequestError,
     bad_request,
     read_body,
     unauthorized,
 )
-from shoal.serving._http import respond as _respond
-from shoal.serving._options import ServerOptions
+from shoal.serving.http import respond as _respond
 from shoal.serving.loading import LoadingApp, ModelState
 
 __all__ = ["LlmServerApp"]

@@ -33,11 +33,11 @@ from typing import Any
 from shoal.errors import ModelLoadError
 from shoal.llm.serving import _djl_python
 from shoal.llm.serving._properties import LlmServingOptions
-from shoal.serving._asgi import Receive, Scope, Send
-from shoal.serving._http import RequestError, read_body
-from shoal.serving._http import respond as _respond
-from shoal.serving._http import respond_error as _error
-from shoal.serving._options import ServerOptions
+from shoal.serving import ServerOptions
+from shoal.serving.asgi import Receive, Scope, Send
+from shoal.serving.http import RequestError, read_body
+from shoal.serving.http import respond as _respond
+from shoal.serving.http import respond_error as _error
 from shoal.serving.loading import LoadingApp, ModelState, answer
 
 __all__ = ["DjlHandlerApp", "EntryPointKind", "check_entry_point", "entry_point_app"]
@@ -109,9 +109,9 @@ def entry_point_app(llm: LlmServingOptions, options: ServerOptions,
     script, kind = check_entry_point(llm)
     if kind is EntryPointKind.DJL:
         return DjlHandlerApp(llm, script, options, on_load_error=on_load_error)
-    from shoal.serving._app import ModelServerApp
-    from shoal.serving._artifact import ResolvedModel
-    from shoal.serving._script import ScriptHandler
+    from shoal.serving import ModelServerApp
+    from shoal.serving.artifact import ResolvedModel
+    from shoal.serving.script import ScriptHandler
 
     handler = ScriptHandler(llm.base_dir, script, options)
     return ModelServerApp(handler, options, resolved=ResolvedModel(llm.base_dir),
@@ -142,7 +142,7 @@ class DjlHandlerApp(LoadingApp[Callable[[Any], Any]]):
 
     def __init__(self, llm: LlmServingOptions, script: Path, server: ServerOptions, *,
                  on_load_error: Callable[[BaseException], None] | None = None) -> None:
-        from shoal.serving._metrics import ServerMetrics
+        from shoal.serving.metrics import ServerMetrics
 
         super().__init__(api_key=server.api_key, on_load_error=on_load_error,
                          load_timeout_s=llm.model_loading_timeout)

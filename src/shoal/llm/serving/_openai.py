@@ -39,7 +39,7 @@ from shoal.llm.serving._streams import (
     respond_json,
     start,
 )
-from shoal.serving._asgi import Receive, Scope, Send
+from shoal.serving.asgi import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from shoal.llm.serving._app import LlmServerApp

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.serving._http import RequestError
+from shoal.serving.http import RequestError
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "GenerationParams", "OpenAIRequest", "ParamError",
            "from_lmi", "from_openai", "invalid", "openai_request"]

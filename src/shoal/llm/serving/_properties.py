@@ -399,7 +399,7 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
                              f"and {base} holds no config.json; set option.model_id to a "
                              f"model directory, URI or hub id", path=str(base))
     if "://" in model_id and not model_id.startswith("file://"):
-        from shoal.serving._artifact import resolve_model
+        from shoal.serving.artifact import resolve_model
 
         resolved = resolve_model(model_id)
         return LocatedModel(resolved.path, resolved.temp_dir)
@@ -408,7 +408,7 @@ def locate_model(options: LlmServingOptions) -> LocatedModel:
     if local.is_dir():
         return LocatedModel(local.resolve())
     if local.is_file():  # a model.tar.gz (SageMaker's model_data): extracted
-        from shoal.serving._artifact import resolve_model
+        from shoal.serving.artifact import resolve_model
 
         resolved = resolve_model(local)
         return LocatedModel(resolved.path, resolved.temp_dir)

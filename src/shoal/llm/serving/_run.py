@@ -16,7 +16,7 @@ from typing import Any
 from shoal._internal.extras import LLM_SERVER_MODULES, require
 from shoal.errors import ModelLoadError
 from shoal.llm.serving._properties import find_properties, load_serving_options
-from shoal.serving._options import ServerOptions
+from shoal.serving import ServerOptions
 from shoal.serving.runner import Stop, StopSignals, bind, run_app, url_host, write_port_file
 
 __all__ = ["serve"]

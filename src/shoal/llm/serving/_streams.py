@@ -11,9 +11,9 @@ from typing import Any
 
 from shoal.llm.serving._engine import Generation, TokenEvent
 from shoal.llm.serving._params import invalid
-from shoal.serving._asgi import Receive, Send
-from shoal.serving._http import RequestError
-from shoal.serving._http import respond as _respond
+from shoal.serving.asgi import Receive, Send
+from shoal.serving.http import RequestError
+from shoal.serving.http import respond as _respond
 
 __all__ = ["Channel", "batches", "chunk", "deliver", "flag", "guarded", "only", "prompt_text",
            "respond_json", "start", "watch_disconnect"]

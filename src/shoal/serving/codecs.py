@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from shoal.serving._http import RequestError, bad_request
+from shoal.serving.http import RequestError, bad_request
 
 __all__ = ["CSV", "JSON", "NPY", "SUPPORTED", "decode", "decode_json_document", "encode",
            "media_type", "negotiate"]

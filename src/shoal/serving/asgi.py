@@ -10,7 +10,7 @@ import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from shoal.serving._http import respond_error, unauthorized
+from shoal.serving.http import respond_error, unauthorized
 
 __all__ = ["AsgiApp", "Message", "Receive", "Scope", "Send", "api_key_bytes"]
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.deserializers import NumpyDeserializer
-from shoal.endpoints._model import Model
 from shoal.endpoints._predictor import Predictor
+from shoal.endpoints.model import Model
 from shoal.errors import InvalidArgumentError
 from shoal.serializers import NumpySerializer
 

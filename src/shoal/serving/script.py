@@ -24,9 +24,9 @@ from types import ModuleType
 from typing import Any
 
 from shoal.errors import ModelLoadError
-from shoal.serving import _codecs
+from shoal.serving import codecs
 from shoal.serving._handlers import Handler, find_artifact
-from shoal.serving._http import RequestError, bad_request, model_error
+from shoal.serving.http import RequestError, bad_request, model_error
 
 __all__ = ["InferenceContext", "ScriptHandler", "ScriptRequest"]
 
@@ -162,7 +162,7 @@ class ScriptHandler(Handler):
     def _decode(self, r: ScriptRequest) -> Any:
         if self._input is None:
             try:
-                return _codecs.decode(r.body, r.content_type)
+                return codecs.decode(r.body, r.content_type)
             except RequestError as e:
                 return e
         try:
@@ -178,7 +178,7 @@ class ScriptHandler(Handler):
     def _encode(self, prediction: Any, accept: str) -> Any:
         try:
             if self._output is None:
-                return _codecs.encode(prediction, accept), accept
+                return codecs.encode(prediction, accept), accept
             return _response(self._output(prediction, accept), accept)
         except RequestError as e:
             return e
@@ -204,7 +204,7 @@ def _response(result: Any, accept: str) -> tuple[bytes, str]:
     elif isinstance(result, bytearray | memoryview):
         result = bytes(result)
     elif not isinstance(result, bytes):
-        return _codecs.encode(result, content_type), content_type
+        return codecs.encode(result, content_type), content_type
     return result, content_type
 
 
