@@ -37,8 +37,8 @@ logger = logging.getLogger(__name__)
 _SUPERVISOR_ENTRY = "shoal.session:supervisor_main"
 _SUPERVISOR_PREPARE = "shoal.session:warm_supervisor"
 #: shoal.endpoints sits above the session: its endpoint backends are found by dotted path.
-_SUPERVISED_ENDPOINTS = "shoal.endpoints._supervisor:SupervisedEndpoints"
-_RAY_SERVE_ENDPOINTS = "shoal.endpoints._ray_serve:RayServeEndpoints"
+_SUPERVISED_ENDPOINTS = "shoal.endpoints:SupervisedEndpoints"
+_RAY_SERVE_ENDPOINTS = "shoal.endpoints:RayServeEndpoints"
 _PRELOAD = ("shoal.session", "shoal.jobs.driver", "shoal.jobs.worker", "shoal.storage.sql",
             "fsspec.implementations.local", "shoal.config:_settings_class",
             "shoal.serialization:warm_up")

@@ -461,14 +461,13 @@ def _llm_app(model_dir: Path, options: Any) -> Any:
 
     from shoal.config import djl_environ
 
-    properties = importlib.import_module("shoal.llm.serving._properties")
-    llm = properties.load_serving_options(properties.find_properties(model_dir), djl_environ())
+    llm_serving = importlib.import_module("shoal.llm.serving")
+    llm = llm_serving.load_serving_options(llm_serving.find_properties(model_dir),
+                                           djl_environ())
     if not llm.entry_point:
-        app_module = importlib.import_module("shoal.llm.serving._app")
-        return app_module.LlmServerApp(llm, options)
-    custom = importlib.import_module("shoal.llm.serving._custom")
-    custom.check_entry_point(llm)  # a missing or handler-less file fails here, as in serve()
-    return custom.entry_point_app(llm, options, None)
+        return llm_serving.LlmServerApp(llm, options)
+    llm_serving.check_entry_point(llm)  # a missing or handler-less file fails here, as in serve()
+    return llm_serving.entry_point_app(llm, options, None)
 
 
 class EndpointReplica:

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 #: A model directory holding this file (or the file alone) is an LLM, served by _LLM_SERVER.
 _LLM_PROPERTIES = "serving.properties"
-_LLM_SERVER = "shoal.llm.serving._run"
+_LLM_SERVER = "shoal.llm.serving"
 
 def serve(model: str | os.PathLike[str], *, options: ServerOptions,
           port_file: str | os.PathLike[str] | None = None, shared: bool = False) -> int:

@@ -22,18 +22,26 @@ from shoal._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from shoal.llm.serving._app import LlmServerApp
+    from shoal.llm.serving._custom import check_entry_point, entry_point_app
     from shoal.llm.serving._params import GenerationParams
-    from shoal.llm.serving._properties import LlmServingOptions, load_serving_options
+    from shoal.llm.serving._properties import (
+        LlmServingOptions,
+        find_properties,
+        load_serving_options,
+    )
     from shoal.llm.serving._run import serve
 
-__all__ = ["GenerationParams", "LlmServerApp", "LlmServingOptions", "load_serving_options",
-           "serve"]
+__all__ = ["GenerationParams", "LlmServerApp", "LlmServingOptions", "check_entry_point",
+           "entry_point_app", "find_properties", "load_serving_options", "serve"]
 
 _LAZY = {
     "LlmServerApp": "shoal.llm.serving._app",
     "GenerationParams": "shoal.llm.serving._params",
     "LlmServingOptions": "shoal.llm.serving._properties",
     "load_serving_options": "shoal.llm.serving._properties",
+    "find_properties": "shoal.llm.serving._properties",
+    "check_entry_point": "shoal.llm.serving._custom",
+    "entry_point_app": "shoal.llm.serving._custom",
     "serve": "shoal.llm.serving._run",
 }
 
