@@ -198,6 +198,11 @@ def _serve_parameters() -> list[inspect.Parameter]:
                                     "model.tar.gz, or an fsspec URL of either")])]
     for f in FLAGS:
         names = [f.flag, *([f.short] if f.short else [])]
+        if f.kind is bool:  # a switch: '--reuse-port', no '--no-' twin
+            switch = typer.Option(*names, help=f.help_text(), show_default=False)
+            params.append(inspect.Parameter(f.field, inspect.Parameter.KEYWORD_ONLY,
+                                            default=False, annotation=Annotated[bool, switch]))
+            continue
         option = typer.Option(*names, help=f.help_text(), metavar=f.metavar, show_default=False)
         kind: Any = enum.StrEnum(f.field, {c: c for c in f.choices}) if f.choices else f.kind
         if f.multiple:  # repeat the flag for each value
@@ -219,7 +224,10 @@ def serve(model: str, **flags: Any) -> None:
     env = child_environ()
     for f in FLAGS:
         value = flags.get(f.field)
-        if value is None:
+        if value is None or value is False:
+            continue
+        if value is True:  # a switch
+            argv.append(f.flag)
             continue
         if f.via_env:  # in the environment, not in the process list
             env[f.via_env] = str(value)

@@ -26,10 +26,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, metavar="PATH_OR_URI",
                    help="model directory, model.tar.gz, or an fsspec URL of either")
     add_to_parser(p)  # the same flags as 'shoal serve' (serving/flags.py)
-    p.add_argument("--reuse-port", action="store_true",
-                   help="share --port with other servers (SO_REUSEPORT), listening only once "
-                        "the model is loaded; --port-file is written then (an endpoint's "
-                        "instances share one address this way)")
     return p
 
 

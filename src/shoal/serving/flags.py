@@ -100,6 +100,9 @@ FLAGS: tuple[Flag, ...] = (
          metavar="N"),
     Flag("log_level", "--log-level", str, "the server's log level",
          choices=("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO"),
+    Flag("reuse_port", "--reuse-port", bool, "share --port with other servers "
+         "(SO_REUSEPORT), listening only once the model is loaded; --port-file is written "
+         "then (an endpoint's instances share one address this way)"),
 )
 
 
@@ -107,6 +110,9 @@ def add_to_parser(parser: argparse.ArgumentParser) -> None:
     """Add every flag to an argparse parser (``python -m shoal.serving``)."""
     for f in FLAGS:
         names = [f.flag, *([f.short] if f.short else [])]
+        if f.kind is bool:  # a switch: off unless given
+            parser.add_argument(*names, dest=f.field, action="store_true", help=f.help_text())
+            continue
         extra: dict[str, Any] = {"choices": list(f.choices)} if f.choices else {}
         if f.multiple:
             extra["nargs"] = "+"
