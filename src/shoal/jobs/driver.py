@@ -237,8 +237,13 @@ class Supervisor:
         sink = LogSink(self._svc.artifacts, log_key(record.name),
                        self._work_root / f"{record.name}.log", redact=self._hidden)
         attempts = max(1, spec.max_retry_attempts)
+        # A supervisor started for a later attempt (its predecessor lost: jobs/_relaunch.py)
+        # goes on from there, after the log the earlier attempts wrote.
+        first = min(record.attempt + 1, attempts)
+        if first > 1:
+            sink.resume()
         try:
-            for attempt in range(1, attempts + 1):
+            for attempt in range(first, attempts + 1):
                 if attempt > 1:
                     sink.write(f"[shoal] attempt {attempt} of {attempts}\n".encode())
                 outcome = self._attempt(record, attempt, sink)

@@ -35,6 +35,20 @@ class LogSink:
         # not even when written in pieces (the redactor holds back a possible beginning).
         self._redactor = StreamRedactor(redact)
 
+    def resume(self) -> None:
+        """Go on after the log an earlier supervisor of the job stored (a later attempt on
+        another machine): the spool starts as a copy of it, so uploads keep what it held."""
+        if self._direct or self._path.exists():
+            return
+        from shoal.errors import ArtifactNotFound
+
+        try:
+            earlier = self._artifacts.get_bytes(self._key)
+        except ArtifactNotFound:
+            return
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.write_bytes(earlier)
+
     def write(self, data: bytes) -> None:
         self._put(self._redactor.feed(data))
 

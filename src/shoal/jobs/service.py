@@ -32,6 +32,13 @@ from shoal.errors import (
     ShoalError,
 )
 from shoal.jobs._payloads import load_payload, store_payloads
+from shoal.jobs._relaunch import (
+    RELAUNCH,
+    may_relaunch,
+    relaunch,
+    relaunch_stale,
+    supervisor_words,
+)
 from shoal.jobs._training import ranks_of
 from shoal.jobs._wake import WakeChannel, notify, open_channel
 from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
@@ -374,7 +381,8 @@ class JobService:
             self._waiters[record.name] = info.waiter
         else:
             self.metadata.set_handle(record.name, info.to_json())
-        logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
+        logger.info("job %s submitted (supervisor: %s)", record.name,
+                    supervisor_words(info.to_json()),
                     extra={"job_id": record.name})
         return record
 
@@ -615,22 +623,14 @@ class JobService:
     def _reap_one(self, record: JobRecord) -> bool:
         if record.is_terminal:
             return False
-        alive = self.backend.is_alive(record.handle)
-        if alive is None and not record.handle:
-            age = (self._clock.now() - record.created_at).total_seconds()
-            reason = _client_gone(record)
-            if reason is None and age < _UNLAUNCHED_GRACE_S:
-                return False
-            reason = reason or f"no supervisor was started for {int(age)} s after the job " \
-                               "was created"
-        elif alive is False:
-            reason = (f"its supervisor (pid {record.handle.get('pid')}) exited without reporting "
-                      "an end state: it was killed, or the machine restarted")
-        else:
+        reason = self._why_orphaned(record)
+        if reason is None:
             return False
         current = self.metadata.get_job(record.name)
-        if current.is_terminal or (current.handle and not record.handle):
+        if current.is_terminal or current.handle != record.handle:
             return False  # it ended, or a supervisor took it meanwhile
+        if RELAUNCH not in current.handle and may_relaunch(current) and self.keys is not None:
+            return relaunch(self, current, reason)  # infrastructure lost: another attempt
         status = JobStatus.STOPPED if current.status == JobStatus.STOPPING else JobStatus.FAILED
         try:
             self.transition(record.name, status, failure_kind=FailureKind.SUPERVISOR_LOST,
@@ -638,3 +638,22 @@ class JobService:
         except InvalidTransitionError:
             return False
         return True
+
+    def _why_orphaned(self, record: JobRecord) -> str | None:
+        """Why *record* has no supervisor and never will (None: it has one, or may get one)."""
+        stale = relaunch_stale(record.handle, _UNLAUNCHED_GRACE_S)
+        if stale is not None:  # another attempt is being started (jobs/_relaunch.py)
+            return (f"no supervisor took its attempt {record.handle[RELAUNCH]} within "
+                    f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost") if stale else None
+        alive = self.backend.is_alive(record.handle)
+        if alive is None and not record.handle:
+            age = (self._clock.now() - record.created_at).total_seconds()
+            reason = _client_gone(record)
+            if reason is None and age < _UNLAUNCHED_GRACE_S:
+                return None
+            return reason or f"no supervisor was started for {int(age)} s after the job was " \
+                             "created"
+        if alive is False:
+            return (f"its supervisor ({supervisor_words(record.handle)}) exited without "
+                    "reporting an end state: it was killed, or its machine was lost")
+        return None
