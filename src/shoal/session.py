@@ -153,7 +153,8 @@ class Session:
                 # The embedded default creates its own database; a configured one is upgraded
                 # explicitly with 'shoal db upgrade'.
                 create = self.settings.metadata_url is None
-                self._metadata = SqlMetadataStore.open(url, create=create)
+                self._metadata = _tolerant(lambda: SqlMetadataStore.open(url, create=create),
+                                           url, self.settings.store_outage_seconds)
             return self._metadata
 
     @property
@@ -375,6 +376,22 @@ def _report_once(key: str, message: str) -> None:
     if key not in _REPORTED:
         _REPORTED.add(key)
         logger.warning(message)
+
+
+def _tolerant(open_store: Any, url: str, seconds: float) -> Any:
+    """The metadata store *open_store* opens, waiting out an outage of up to *seconds*, as
+    every call on it does (``storage/outage.py``)."""
+    from shoal.storage.outage import OutageTolerant
+    from shoal.storage.sql import redact_url
+
+    shown = redact_url(url)
+    opener = OutageTolerant(_Opener(open_store), seconds=seconds, shown=shown)
+    return OutageTolerant(opener.open(), seconds=seconds, shown=shown)
+
+
+class _Opener:
+    def __init__(self, open_store: Any) -> None:
+        self.open = open_store
 
 
 def _as_url(bucket: str) -> str:

@@ -3,8 +3,13 @@ attempt, never the job, while max_retry_attempts leaves one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,3 +84,121 @@ def test_the_last_attempt_lost_fails_the_job_naming_the_supervisor(session):
     [record] = session.metadata.list_jobs(JobQuery(name_prefix="lost-twice"))
     assert record.status == JobStatus.FAILED and record.attempt == 2
     assert record.failure_kind == FailureKind.SUPERVISOR_LOST
+
+
+# --- the metadata store goes away for a while -------------------------------------------
+
+class _Postgres:
+    """A PostgreSQL server of this test's own (scripts/postgres.sh), which it may stop."""
+
+    def __init__(self, root: Path) -> None:
+        script = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+        self.root = root
+        self.url = subprocess.run(["bash", str(script), "start", str(root)], check=True,
+                                  capture_output=True, text=True, timeout=120).stdout.strip()
+        self.port = int(self.url.rpartition(":")[2].partition("/")[0])
+        self._bin = Path(shutil.which("pg_ctl") or "pg_ctl").parent
+        for found in sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")):
+            self._bin = found.parent
+
+    def _pg_ctl(self, *args: str) -> None:
+        argv = [str(self._bin / "pg_ctl"), "-D", str(self.root / "data"), *args]
+        if os.getuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
+                     f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+                     "-c fsync=off -c max_connections=200", "start")
+
+
+@pytest.fixture
+def own_postgres(postgres_server_url: str) -> Iterator[_Postgres]:
+    """Where the suite has PostgreSQL (make test), a server of this test's own to stop."""
+    import tempfile
+
+    if not (shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))):
+        pytest.skip("PostgreSQL's server programs are not installed (scripts/postgres.sh "
+                    "installs them)")
+    # Under /tmp as scripts/test.sh does: the server's user must reach the directory.
+    root = Path(tempfile.mkdtemp(prefix="shoal-own-pg."))
+    try:
+        server = _Postgres(root)
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_file(go: str) -> int:
+    import time
+
+    print("waiting for the go", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    print("done", flush=True)
+    return 42
+
+
+@pytest.mark.postgres
+def test_a_20_s_database_outage_costs_running_jobs_nothing(own_postgres, tmp_path):
+    from shoal.storage.sql import upgrade_schema
+
+    upgrade_schema(own_postgres.url)
+    s = shoal.Session(home=str(tmp_path / "home"), metadata_url=own_postgres.url,
+                      launcher_idle_seconds=60, store_outage_seconds=90)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="pg-outage",
+                                                         max_parallel_jobs=2) as executor:
+            futures = [executor.submit(_wait_for_file, str(go)) for _ in range(2)]
+            wait_until(lambda: all(f.job_name and b"waiting" in s.jobs.read_log(f.job_name)
+                                   for f in futures), 60, what="both jobs to run")
+            own_postgres.stop()
+            go.touch()  # the jobs end while the store is down: their ends wait for it
+            wait_until(lambda: all(b"done" in s.jobs.read_log(f.job_name) for f in futures),
+                       60, what="the jobs' code to finish")
+            time.sleep(20)  # the outage itself: 20 s, as in issue #23
+            own_postgres.start()
+            assert [f.result(timeout=120) for f in futures] == [42, 42]
+        records = s.metadata.list_jobs(JobQuery(name_prefix="pg-outage"))
+        assert len(records) == 2
+        assert all(r.status == JobStatus.COMPLETED and r.attempt == 1 for r in records)
+    finally:
+        go.touch()
+        s.close()
+
+
+@pytest.mark.postgres
+def test_an_outage_past_the_limit_fails_the_wait_naming_the_store(own_postgres, tmp_path):
+    from shoal.errors import MetadataStoreError
+    from shoal.storage.sql import upgrade_schema
+
+    upgrade_schema(own_postgres.url)
+    s = shoal.Session(home=str(tmp_path / "home"), metadata_url=own_postgres.url,
+                      launcher_idle_seconds=60, store_outage_seconds=3)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="pg-gone") as executor:
+            future = executor.submit(_wait_for_file, str(go))
+            wait_until(lambda: future.job_name and b"waiting" in s.jobs.read_log(
+                future.job_name), 60, what="the job to run")
+            own_postgres.stop()
+            with pytest.raises(MetadataStoreError, match=r"has not answered for 3 s") as e:
+                future.result(timeout=120)
+            assert f"127.0.0.1:{own_postgres.port}" in str(e.value)
+            own_postgres.start()
+            go.touch()
+            # Once the store is back the supervisor's end is written: nothing is left open.
+            wait_until(lambda: s.jobs.get(future.job_name).is_terminal, 120,
+                       what="the job's record to end")
+    finally:
+        go.touch()
+        s.close()
