@@ -165,7 +165,14 @@ class Session:
 
                 self._private_home()
 
-                self._artifacts = FsspecArtifactStore.open(self.settings.resolved_artifact_url())
+                url = self.settings.resolved_artifact_url()
+                store = FsspecArtifactStore.open(url)
+                if store.local_path("probe") is None:  # an object store may be away a while
+                    from shoal.storage.outage import OutageTolerant
+
+                    store = OutageTolerant(store, seconds=self.settings.store_outage_seconds,
+                                           shown=url)
+                self._artifacts = store
             return self._artifacts
 
     @property

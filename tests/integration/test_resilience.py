@@ -202,3 +202,91 @@ def test_an_outage_past_the_limit_fails_the_wait_naming_the_store(own_postgres, 
     finally:
         go.touch()
         s.close()
+
+
+# --- the artifact store goes away for a while -------------------------------------------
+
+class _Moto:
+    """A moto S3 server of this test's own, which it may stop and start again (moto keeps
+    its buckets in memory: a restarted one gets the test's bucket again, empty)."""
+
+    def __init__(self, root: Path) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = root / "moto.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, bucket: str) -> None:
+        import sys
+        import urllib.request
+
+        import boto3
+
+        with open(self._log, "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def up() -> bool:
+            with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1) as r:
+                return r.status < 500
+
+        wait_until(up, 30, what=f"moto at {self.url}")
+        client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket=bucket)
+        client.close()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+            self._proc = None
+
+
+def _print_until(go: str) -> int:
+    import time
+
+    print("ticking", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.2)
+        print("tick", flush=True)
+    print("done", flush=True)
+    return 7
+
+
+@pytest.mark.s3
+def test_a_stopped_artifact_store_costs_a_running_job_nothing(tmp_path, monkeypatch):
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    moto = _Moto(tmp_path)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", moto.url),
+                        ("AWS_CONFIG_FILE", os.devnull),
+                        ("AWS_SHARED_CREDENTIALS_FILE", os.devnull)):
+        monkeypatch.setenv(name, value)
+    moto.start("outage")
+    s = shoal.Session(home=str(tmp_path / "home"), artifact_url="s3://outage/root",
+                      launcher_idle_seconds=60, store_outage_seconds=90)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="s3-outage") as executor:
+            future = executor.submit(_print_until, str(go))
+            wait_until(lambda: future.job_name and b"tick" in s.jobs.read_log(
+                future.job_name), 60, what="the job's log to reach the store")
+            moto.stop()
+            time.sleep(8)  # the outage itself: several of the log's uploads fail meanwhile
+            go.touch()  # the job ends while the store is away: its last upload waits
+            moto.start("outage")  # back (empty: moto forgets); the log is uploaded again
+            assert future.result(timeout=120) == 7
+        record = s.jobs.get(future.job_name)
+        assert record.status == JobStatus.COMPLETED and record.attempt == 1
+        log = s.jobs.read_log(future.job_name).decode()
+        assert "ticking" in log and "done" in log  # the whole log, from the spool
+    finally:
+        go.touch()
+        moto.stop()
+        s.close()

@@ -23,7 +23,7 @@ from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import mask_text
-from shoal.errors import InvalidTransitionError, ShoalError
+from shoal.errors import InvalidTransitionError, ShoalError, StorageError
 from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
 from shoal.jobs._outcomes import Outcome, conclude
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
@@ -223,10 +223,12 @@ class Supervisor:
                 self._stop = False  # that signal stopped this job; the worker serves on
         except Exception as e:  # a store failure or a shoal bug: never leave the job running
             logger.exception("supervisor of job %s failed", name)
+            # A store's error names the store; its traceback is in the supervisor's log.
+            said = str(e) if isinstance(e, StorageError) else \
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
             with contextlib.suppress(Exception):
                 self._finish(name, Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
-                                           f"the supervisor failed: {type(e).__name__}: {e}\n"
-                                           f"{traceback.format_exc(limit=5)}"))
+                                           f"the supervisor failed: {said}"))
             return 1
         finally:
             self._slots.release()

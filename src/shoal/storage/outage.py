@@ -18,7 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shoal.errors import AlreadyExistsError, InvalidTransitionError, MetadataStoreError
+from shoal.errors import (
+    AlreadyExistsError,
+    ArtifactStoreError,
+    InvalidTransitionError,
+    MetadataStoreError,
+    StorageError,
+)
 
 __all__ = ["DEFAULT_OUTAGE_SECONDS", "OutageTolerant"]
 
@@ -30,11 +36,13 @@ _MOST_PAUSE_S = 2.0
 
 
 def is_transient(error: BaseException) -> bool:
-    return isinstance(error, MetadataStoreError) and bool(error.details.get("transient"))
+    """A store error that says the store could not be reached (worth waiting for)."""
+    return isinstance(error, StorageError) and bool(error.details.get("transient"))
 
 
 class OutageTolerant:
-    """A metadata store whose calls wait out an outage of up to *seconds* (see module)."""
+    """A metadata (or artifact) store whose calls wait out an outage of up to *seconds*
+    (see module)."""
 
     def __init__(self, store: Any, *, seconds: float = DEFAULT_OUTAGE_SECONDS,
                  shown: str = "", sleep: Callable[[float], None] = time.sleep) -> None:
@@ -42,6 +50,10 @@ class OutageTolerant:
         self._seconds = float(seconds)
         self._shown = shown or "the metadata store"
         self._sleep = sleep
+
+    @property
+    def seconds(self) -> float:
+        return self._seconds
 
     @property
     def inner(self) -> Any:
@@ -65,7 +77,7 @@ class OutageTolerant:
         while True:
             try:
                 return fn(*args, **kwargs)
-            except MetadataStoreError as e:
+            except StorageError as e:
                 if not is_transient(e) or self._seconds <= 0:
                     raise
                 now = time.monotonic()
@@ -74,8 +86,11 @@ class OutageTolerant:
                     logger.warning("%s does not answer (%s); %s waits up to %.0f s for it",
                                    self._shown, e, name, self._seconds)
                 if now - started >= self._seconds:
-                    raise MetadataStoreError(
-                        f"the metadata store {self._shown} has not answered for "
+                    kind = ArtifactStoreError if isinstance(e, ArtifactStoreError) \
+                        else MetadataStoreError
+                    what = "artifact" if kind is ArtifactStoreError else "metadata"
+                    raise kind(
+                        f"the {what} store {self._shown} has not answered for "
                         f"{self._seconds:g} s (SHOAL_STORE_OUTAGE_SECONDS): {e}",
                         url=self._shown, transient=False) from e
             except (InvalidTransitionError, AlreadyExistsError):
