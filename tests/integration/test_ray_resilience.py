@@ -4,6 +4,7 @@ that is not terminal once the cluster answers again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -176,5 +177,120 @@ def test_a_dead_head_leaves_records_readable_and_waits_bounded(request, tmp_path
     try:
         records = s.metadata.list_jobs(JobQuery(name_prefix=prefix))
         assert records and all(r.is_terminal for r in records)
+    finally:
+        s.close()
+
+
+# --- a node goes away -------------------------------------------------------------------
+
+@pytest.fixture
+def spare_nodes(ray_cluster):
+    """Three 1-CPU nodes that advertise ``{"pairhost": 1}``: a job asking for it lands on
+    them, and one of them may be killed; whatever is left is stopped afterwards."""
+    tags = [ray_cluster.add_node("pairhost") for _ in range(3)]
+    try:
+        yield tags
+    finally:
+        import ray
+
+        if ray.is_initialized():  # the next test's session connects afresh
+            ray.shutdown()
+        for tag in tags:
+            with contextlib.suppress(RuntimeError):
+                ray_cluster.kill_node(tag)
+
+
+def _tag_of(ray_cluster, node_id: str) -> str:
+    """The 'shoal ray up' tag of the node Ray knows as *node_id* (by its temp dir)."""
+    import ray
+
+    [entry] = [n for n in ray.nodes() if n["NodeID"] == node_id]
+    [tag] = [n["tag"] for n in ray_cluster.nodes()
+             if entry["ObjectStoreSocketName"].startswith(n["temp_dir"])]
+    return tag
+
+
+HOLD_SCRIPT = """
+import os, signal, sys, time
+if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):  # --marker PATH: a later attempt
+    print(f"rank {os.environ['RANK']} retried", flush=True)
+    sys.exit(0)
+print(f"rank {os.environ['RANK']} pid {os.getpid()} on {os.environ['SHOAL_RAY_NODE_ID']}",
+      flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_lost_second_node_retries_the_job_on_live_nodes(request, tmp_path, ray_cluster,
+                                                          spare_nodes):
+    from shoal.pytorch import PyTorch
+
+    s = ray_session(request, tmp_path / "home", ray_resources={"pairhost": 1},
+                    ray_keep_alive_seconds=0)
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_SCRIPT)
+    marker = tmp_path / "lost-once"
+    try:
+        with shoal.use(s):
+            est = PyTorch(entry_point=str(script), instance_count=2, max_retry_attempts=2,
+                          distribution={"torch_distributed": {"enabled": True}},
+                          hyperparameters={"marker": str(marker)})
+            est.fit(wait=False)
+            name = est.latest_training_job.name
+
+            def second_host() -> str | None:
+                for line in s.jobs.read_log(name).decode().splitlines():
+                    if "[algo-2 rank 1] rank 1 pid" in line:
+                        return line.split()[-1]
+                return None
+
+            wait_until(second_host, 180, what="the second host's rank to start")
+            lost = second_host()
+            marker.touch()  # the next attempt's ranks finish at once
+            killed_at = time.monotonic()
+            ray_cluster.kill_node(_tag_of(ray_cluster, lost))
+            record = s.jobs.wait(name, timeout=300)
+            took = time.monotonic() - killed_at
+        log = s.jobs.read_log(name).decode()
+        assert record.status == JobStatus.COMPLETED and record.attempt == 2, log
+        assert f"node {lost} is declared dead" in log
+        retried_on = [ln.rsplit(" ", 1)[-1] for ln in log.splitlines()
+                      if "algo-2: starting on node" in ln]
+        assert len(retried_on) == 2 and retried_on[-1] != lost  # live capacity, not the dead
+        [ended] = [e.reason for e in record.events if "attempt 1 failed" in (e.reason or "")]
+        assert f"algo-2 (node {lost})" in ended
+        print(f"killed node -> retried attempt done elsewhere: {took:.1f} s")
+    finally:
+        s.close()
+
+
+def _block_on_first_attempt(marks: str) -> str:
+    import time
+
+    path = Path(marks)
+    if not path.exists():
+        path.write_text(os.environ["SHOAL_RAY_NODE_ID"])
+        print("first attempt blocking", flush=True)
+        time.sleep(600)
+    return os.environ["SHOAL_RAY_NODE_ID"]
+
+
+def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path, ray_cluster,
+                                                                spare_nodes):
+    s = ray_session(request, tmp_path / "home", ray_resources={"pairhost": 1},
+                    ray_keep_alive_seconds=0)
+    marks = tmp_path / "first-node"
+    try:
+        with shoal.use(s), RemoteExecutor(max_retry_attempts=2,
+                                          job_name_prefix="ray-lost-node") as executor:
+            future = executor.submit(_block_on_first_attempt, str(marks))
+            wait_until(lambda: future.job_name and b"blocking" in s.jobs.read_log(
+                future.job_name), 180, what="the first attempt to run")
+            first = marks.read_text()
+            ray_cluster.kill_node(_tag_of(ray_cluster, first))
+            assert future.result(timeout=300) != first
+        record = s.jobs.get(future.job_name)
+        assert record.status == JobStatus.COMPLETED and record.attempt == 2
+        assert any("attempt 1 of 2 ended" in (e.reason or "") for e in record.events)
     finally:
         s.close()

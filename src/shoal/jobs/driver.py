@@ -367,7 +367,7 @@ class Supervisor:
                 tap.close()
         if training is not None and rc != 0 and not (stopped or timed_out) and (
                 lost := training.lost_hosts()):
-            return Outcome(JobStatus.FAILED, FailureKind.SUPERVISOR_LOST,
+            return Outcome(JobStatus.FAILED, FailureKind.NODE_LOST,
                            f"another host of the job was lost mid-job, and its other ranks "
                            f"were stopped: {lost}", exit_code=rc, retry=True)
         return conclude(self._svc, record, workdir, rc, sink, stopped=stopped,
