@@ -294,3 +294,31 @@ def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path
         assert any("attempt 1 of 2 ended" in (e.reason or "") for e in record.events)
     finally:
         s.close()
+
+
+# --- a warm actor of the same client holds the slot its next job needs -------------------
+
+def _where() -> str:
+    return os.environ["SHOAL_RAY_NODE_ID"]
+
+
+def test_a_clients_own_idle_warm_actor_makes_room_for_its_next_job(request, tmp_path):
+    from shoal.pytorch import PyTorch
+
+    # node2 has one CPU: the warm actor of the first call holds it while it idles (600 s).
+    s = ray_session(request, tmp_path / "home", ray_resources={"node2": 1},
+                    ray_keep_alive_seconds=600)
+    script = tmp_path / "train.py"
+    script.write_text("import os\nprint('ran on', os.environ['SHOAL_RAY_NODE_ID'])\n")
+    try:
+        with shoal.use(s):
+            warm_node = shoal.remote(_where, job_name_prefix="warm-first")()
+            est = PyTorch(entry_point=str(script), instance_count=1, max_run=300)
+            est.fit(wait=False)
+            name = est.latest_training_job.name
+            record = s.jobs.wait(name, timeout=150)  # not the 600 s the actor would idle
+        assert record.status == JobStatus.COMPLETED
+        assert f"ran on {warm_node}" in s.jobs.read_log(name).decode()
+    finally:
+        s.backend.retire_warm()
+        s.close()
