@@ -322,3 +322,30 @@ def test_a_clients_own_idle_warm_actor_makes_room_for_its_next_job(request, tmp_
     finally:
         s.backend.retire_warm()
         s.close()
+
+
+def test_a_node_whose_raylet_dies_leaves_no_process_behind(ray_cluster):
+    from shoal.backends._ray_cluster import _processes_under
+
+    tag = ray_cluster.add_node("doomed")
+    [node] = [n for n in ray_cluster.nodes() if n["tag"] == tag]
+    temp = Path(node["temp_dir"])
+
+    def names() -> list[str]:
+        out = []
+        for pid in _processes_under(temp):
+            with contextlib.suppress(OSError):
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                           .decode(errors="replace"))
+        return out
+
+    try:
+        wait_until(lambda: any("log_monitor.py" in n for n in names()), 60,
+                   what="the node's log monitor to start")
+        [raylet] = [pid for pid in _processes_under(temp)
+                    if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    .endswith(b"/raylet")]
+        os.kill(raylet, signal.SIGKILL)  # the node crashes; nobody runs 'shoal ray down'
+        wait_until(lambda: not names(), 60, what="every process of the dead node to end")
+    finally:
+        ray_cluster.kill_node(tag)
