@@ -265,6 +265,7 @@ class Session:
         env["SHOAL_MAX_EXTRACT_BYTES"] = str(self.settings.max_extract_bytes)
         env["SHOAL_MAX_EXTRACT_FILES"] = str(self.settings.max_extract_files)
         env["SHOAL_CHECKPOINT_SYNC_SECONDS"] = str(self.settings.checkpoint_sync_seconds)
+        env["SHOAL_STORE_OUTAGE_SECONDS"] = str(self.settings.store_outage_seconds)
         return env
 
     @property
@@ -442,7 +443,8 @@ def use(session: Session) -> Iterator[Session]:
 
 _SUPERVISOR_SETTINGS = {"SHOAL_HOME": "home", "SHOAL_METADATA_URL": "metadata_url",
                         "SHOAL_ARTIFACT_URL": "artifact_url", "SHOAL_MAX_SLOTS": "max_slots",
-                        "SHOAL_JOB_PROCESS": "job_process"}
+                        "SHOAL_JOB_PROCESS": "job_process",
+                        "SHOAL_STORE_OUTAGE_SECONDS": "store_outage_seconds"}
 _WARM: dict[tuple[tuple[str, str], ...], Session] = {}
 
 
