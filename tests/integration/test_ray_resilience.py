@@ -325,7 +325,7 @@ def test_a_clients_own_idle_warm_actor_makes_room_for_its_next_job(request, tmp_
 
 
 def test_a_node_whose_raylet_dies_leaves_no_process_behind(ray_cluster):
-    from shoal.backends._ray_cluster import _processes_under
+    from shoal.backends.ray_cluster import _processes_under
 
     tag = ray_cluster.add_node("doomed")
     [node] = [n for n in ray_cluster.nodes() if n["tag"] == tag]

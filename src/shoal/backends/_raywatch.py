@@ -19,7 +19,7 @@ _POLL_S = 1.0
 
 
 def _raylets(temp: str) -> list[int]:
-    from shoal.backends._ray_cluster import _processes_under
+    from shoal.backends.ray_cluster import _processes_under
 
     found = []
     for pid in _processes_under(Path(temp)):
@@ -33,7 +33,7 @@ def _raylets(temp: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shoal.backends._ray_cluster import _exists, _kill_tree, _processes_under
+    from shoal.backends.ray_cluster import _exists, _kill_tree, _processes_under
 
     temp = (sys.argv[1:] if argv is None else argv)[0]
     deadline = time.monotonic() + 120.0

@@ -59,7 +59,7 @@ from shoal.endpoints._staging import (
     stage_model,
 )
 from shoal.errors import ArtifactNotFound, EndpointNotFound, InvalidTransitionError, ShoalError
-from shoal.jobs._relaunch import supervisor_words
+from shoal.jobs.relaunch import supervisor_words
 
 __all__ = ["EndpointSupervisor", "SupervisedEndpoints", "main"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.core.jobs import FailureKind, JobChange, JobStatus
 from shoal.core.ports import ExecContext, JobQuery
 from shoal.errors import ShoalError
-from shoal.jobs._relaunch import supervisor_words
+from shoal.jobs.relaunch import supervisor_words
 from shoal.serialization import Payload, deserialize
 
 if TYPE_CHECKING:

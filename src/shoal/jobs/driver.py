@@ -239,7 +239,7 @@ class Supervisor:
         sink = LogSink(self._svc.artifacts, log_key(record.name),
                        self._work_root / f"{record.name}.log", redact=self._hidden)
         attempts = max(1, spec.max_retry_attempts)
-        # A supervisor started for a later attempt (its predecessor lost: jobs/_relaunch.py)
+        # A supervisor started for a later attempt (its predecessor lost: jobs/relaunch.py)
         # goes on from there, after the log the earlier attempts wrote.
         first = min(record.attempt + 1, attempts)
         if first > 1:

@@ -33,16 +33,16 @@ from shoal.errors import (
     ShoalError,
 )
 from shoal.jobs._payloads import load_payload, store_payloads
-from shoal.jobs._relaunch import (
+from shoal.jobs._training import ranks_of
+from shoal.jobs._wake import WakeChannel, notify, open_channel
+from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
+from shoal.jobs.relaunch import (
     RELAUNCH,
     may_relaunch,
     relaunch,
     relaunch_stale,
     supervisor_words,
 )
-from shoal.jobs._training import ranks_of
-from shoal.jobs._wake import WakeChannel, notify, open_channel
-from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
 from shoal.serialization import Payload, deserialize, resign, serialize
 from shoal.serialization.keys import is_sealed, new_salt, open_env, payload_key, seal_env
 from shoal.storage.artifacts import job_key
@@ -690,7 +690,7 @@ class JobService:
     def _why_orphaned(self, record: JobRecord) -> str | None:
         """Why *record* has no supervisor and never will (None: it has one, or may get one)."""
         stale = relaunch_stale(record.handle, _UNLAUNCHED_GRACE_S)
-        if stale is not None:  # another attempt is being started (jobs/_relaunch.py)
+        if stale is not None:  # another attempt is being started (jobs/relaunch.py)
             return (f"no supervisor took its attempt {record.handle[RELAUNCH]} within "
                     f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost") if stale else None
         alive = self._is_alive(record.handle)

@@ -22,7 +22,7 @@ from shoal.errors import InvalidTransitionError, ShoalError
 if TYPE_CHECKING:
     from shoal.jobs.service import JobService
 
-__all__ = ["RELAUNCH", "may_relaunch", "relaunch", "relaunch_stale"]
+__all__ = ["RELAUNCH", "may_relaunch", "relaunch", "relaunch_stale", "supervisor_words"]
 
 #: The handle's key while a new supervisor is being started: the attempt it will run.
 RELAUNCH = "relaunch"
