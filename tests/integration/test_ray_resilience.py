@@ -200,6 +200,12 @@ def spare_nodes(ray_cluster):
                 ray_cluster.kill_node(tag)
 
 
+def _group_state(hex_id: str) -> str:
+    import ray
+
+    return ray.util.placement_group_table().get(hex_id, {}).get("state", "REMOVED")
+
+
 def _tag_of(ray_cluster, node_id: str) -> str:
     """The 'shoal ray up' tag of the node Ray knows as *node_id* (by its temp dir)."""
     import ray
@@ -251,6 +257,10 @@ def test_a_lost_second_node_retries_the_job_on_live_nodes(request, tmp_path, ray
             ray_cluster.kill_node(_tag_of(ray_cluster, lost))
             record = s.jobs.wait(name, timeout=300)
             took = time.monotonic() - killed_at
+            group = record.handle.get("placement_group") or s.jobs.get(name).handle.get(
+                "placement_group")
+            wait_until(lambda: _group_state(group) == "REMOVED", 60,
+                       what="the job's placement group to be removed")
         log = s.jobs.read_log(name).decode()
         assert record.status == JobStatus.COMPLETED and record.attempt == 2, log
         assert f"node {lost} is declared dead" in log
@@ -346,6 +356,9 @@ def test_a_node_whose_raylet_dies_leaves_no_process_behind(ray_cluster):
                     if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
                     .endswith(b"/raylet")]
         os.kill(raylet, signal.SIGKILL)  # the node crashes; nobody runs 'shoal ray down'
-        wait_until(lambda: not names(), 60, what="every process of the dead node to end")
+        try:
+            wait_until(lambda: not names(), 60, what="every process of the dead node to end")
+        except TimeoutError as e:
+            raise AssertionError(f"left running: {[n[:160] for n in names()]}") from e
     finally:
         ray_cluster.kill_node(tag)

@@ -122,8 +122,11 @@ def start_node(home: Path, *, port: int | None = None, address: str | None = Non
 def _watch(temp: Path, log: Path) -> None:
     """Start the node's watcher (``_raywatch.py``): it ends what the node leaves behind if
     its raylet dies. Detached: it outlives this command."""
+    from shoal.backends._raywatch import raylets_of
+
+    pids = [str(p) for p in raylets_of(str(temp))]
     with open(log, "ab") as out:
-        subprocess.Popen([sys.executable, "-m", "shoal.backends._raywatch", str(temp)],
+        subprocess.Popen([sys.executable, "-m", "shoal.backends._raywatch", str(temp), *pids],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                          start_new_session=True, close_fds=True)
 
