@@ -153,7 +153,8 @@ class Session:
                 # The embedded default creates its own database; a configured one is upgraded
                 # explicitly with 'shoal db upgrade'.
                 create = self.settings.metadata_url is None
-                self._metadata = SqlMetadataStore.open(url, create=create)
+                self._metadata = _tolerant(lambda: SqlMetadataStore.open(url, create=create),
+                                           url, self.settings.store_outage_seconds)
             return self._metadata
 
     @property
@@ -164,7 +165,14 @@ class Session:
 
                 self._private_home()
 
-                self._artifacts = FsspecArtifactStore.open(self.settings.resolved_artifact_url())
+                url = self.settings.resolved_artifact_url()
+                store = FsspecArtifactStore.open(url)
+                if store.local_path("probe") is None:  # an object store may be away a while
+                    from shoal.storage.outage import OutageTolerant
+
+                    store = OutageTolerant(store, seconds=self.settings.store_outage_seconds,
+                                           shown=url)
+                self._artifacts = store
             return self._artifacts
 
     @property
@@ -257,6 +265,7 @@ class Session:
         env["SHOAL_MAX_EXTRACT_BYTES"] = str(self.settings.max_extract_bytes)
         env["SHOAL_MAX_EXTRACT_FILES"] = str(self.settings.max_extract_files)
         env["SHOAL_CHECKPOINT_SYNC_SECONDS"] = str(self.settings.checkpoint_sync_seconds)
+        env["SHOAL_STORE_OUTAGE_SECONDS"] = str(self.settings.store_outage_seconds)
         return env
 
     @property
@@ -377,6 +386,22 @@ def _report_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
+def _tolerant(open_store: Any, url: str, seconds: float) -> Any:
+    """The metadata store *open_store* opens, waiting out an outage of up to *seconds*, as
+    every call on it does (``storage/outage.py``)."""
+    from shoal.storage.outage import OutageTolerant
+    from shoal.storage.sql import redact_url
+
+    shown = redact_url(url)
+    opener = OutageTolerant(_Opener(open_store), seconds=seconds, shown=shown)
+    return OutageTolerant(opener.open(), seconds=seconds, shown=shown)
+
+
+class _Opener:
+    def __init__(self, open_store: Any) -> None:
+        self.open = open_store
+
+
 def _as_url(bucket: str) -> str:
     return bucket if "://" in bucket or bucket.startswith("/") else f"s3://{bucket}"
 
@@ -418,7 +443,8 @@ def use(session: Session) -> Iterator[Session]:
 
 _SUPERVISOR_SETTINGS = {"SHOAL_HOME": "home", "SHOAL_METADATA_URL": "metadata_url",
                         "SHOAL_ARTIFACT_URL": "artifact_url", "SHOAL_MAX_SLOTS": "max_slots",
-                        "SHOAL_JOB_PROCESS": "job_process"}
+                        "SHOAL_JOB_PROCESS": "job_process",
+                        "SHOAL_STORE_OUTAGE_SECONDS": "store_outage_seconds"}
 _WARM: dict[tuple[tuple[str, str], ...], Session] = {}
 
 

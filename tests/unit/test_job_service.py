@@ -115,7 +115,8 @@ def test_the_reaper_fails_a_job_whose_supervisor_exited(tmp_path: Path) -> None:
     record = svc.get(gone)
     assert record.status == JobStatus.FAILED
     assert record.failure_kind == FailureKind.SUPERVISOR_LOST
-    assert f"its supervisor (pid {record.handle['pid']}) exited" in (record.failure_reason or "")
+    assert f"its supervisor (pid {record.handle['pid']}" in (record.failure_reason or "")
+    assert "exited without reporting" in (record.failure_reason or "")
     assert svc.get(alive).status == JobStatus.PENDING
     with pytest.raises(JobFailedError, match="exited without reporting an end state"):
         svc.outcome(record)
@@ -196,3 +197,60 @@ def test_a_batch_goes_to_one_supervisor_and_its_jobs_fail_when_it_exits(tmp_path
     backend.exit(batch.names[0])
     assert sorted(svc.reap()) == sorted(batch.names)
     assert {svc.get(n).failure_kind for n in batch.names} == {FailureKind.SUPERVISOR_LOST}
+
+
+def _running(svc: JobService, name: str, attempt: int) -> None:
+    """Play the supervisor: the job starts its attempt *attempt* and runs."""
+    svc.advance(name, JobStatus.STARTING, expected=JobStatus.PENDING, attempt=attempt)
+    svc.advance(name, JobStatus.RUNNING, expected=JobStatus.STARTING)
+
+
+def test_a_lost_supervisor_with_an_attempt_left_is_relaunched_once(tmp_path: Path) -> None:
+    svc = memory_job_service(tmp_path)
+    spec = JobSpec(name=JobName("divide-retry"), function_name="operator.truediv",
+                   max_retry_attempts=2)
+    name = svc.submit_function(spec, operator.truediv, (6, 3), {}).name
+    assert isinstance(svc.backend, MemoryBackend)
+    _running(svc, name, 1)
+    first = svc.get(name).handle
+    svc.backend.exit(name)
+    stale = svc.get(name)
+    assert svc.reap() == [name]
+    record = svc.get(name)
+    assert record.status == JobStatus.PENDING and record.attempt == 1
+    assert record.handle == svc.backend.handle(name) != first  # a new supervisor
+    assert len(svc.backend.launched) == 2
+    [why] = [e.reason for e in record.events if e.reason and "ended" in e.reason]
+    assert why.startswith("attempt 1 of 2 ended: its supervisor (pid")
+    # A second reaper that read the record before the relaunch changes nothing.
+    assert svc._reap_one(stale) is False and len(svc.backend.launched) == 2
+    _running(svc, name, 2)
+    svc.backend.exit(name)
+    assert svc.reap() == [name]  # the last attempt lost: the job fails
+    record = svc.get(name)
+    assert record.status == JobStatus.FAILED and record.attempt == 2
+    assert record.failure_kind == FailureKind.SUPERVISOR_LOST
+
+
+class _Unanswering(MemoryBackend):
+    """A backend whose cluster stopped answering (a Ray head that went away)."""
+
+    def is_alive(self, handle: object) -> bool | None:
+        from shoal.errors import BackendUnavailableError
+
+        raise BackendUnavailableError("the cluster at 'head:6379' did not answer",
+                                      address="head:6379")
+
+
+def test_a_backend_that_does_not_answer_ends_a_wait_in_bounded_time(tmp_path: Path) -> None:
+    from shoal.errors import BackendUnavailableError
+
+    svc = memory_job_service(tmp_path, backend=_Unanswering())
+    name = _submit(svc, "divide-headless")
+    _running(svc, name, 1)
+    assert svc.reap() == [] and svc.liveness_unknown is not None  # unknown, not failed
+    svc.backend_wait_seconds = 0.5
+    with pytest.raises(BackendUnavailableError, match="'head:6379'") as e:
+        svc.wait(name, timeout=30)
+    assert name in str(e.value) and "Wait again" in str(e.value)
+    assert svc.get(name).status == JobStatus.RUNNING  # the record is left as it was

@@ -66,6 +66,9 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     #: How often a running job's checkpoints (an estimator's ``checkpoint_s3_uri``, a
     #: ``@remote`` function's ``CheckpointLocation``) are synced to their URI.
     checkpoint_sync_seconds: float = Field(default=5.0, gt=0)
+    #: How long supervisors and clients wait out a metadata or artifact store that does not
+    #: answer (a database restart) before a job fails naming the store.
+    store_outage_seconds: float = Field(default=60.0, ge=0)
     admin_config_override: Path | None = None
     user_config_override: Path | None = None
     #: The user's secret, from which every job's keys derive (kept outside the stores;

@@ -45,6 +45,8 @@ _CHUNK = 1 << 20
 _START_TIMEOUT_S = 300.0
 #: After a stop, how long past the job's grace period to wait for the host before killing it.
 _KILL_AFTER_S = 5.0
+#: How long a host's launcher waits for Ray to declare its lost node dead.
+_DEAD_TIMEOUT_S = 120.0
 
 
 def placement_group_by_id(hex_id: str) -> Any:
@@ -103,6 +105,40 @@ class RankHost:
                     os.kill(self._proc.pid, signum)
 
 
+def wait_declared_dead(ray: Any, node: str, timeout: float = _DEAD_TIMEOUT_S) -> str:
+    """Wait until Ray no longer counts *node* alive (its raylet missed its health checks),
+    at most *timeout* seconds; say how it went."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = [n for n in ray.nodes() if n.get("NodeID") == node and n.get("Alive")]
+        except Exception:  # the cluster does not answer either: retrying is all we can do
+            found = [{}]
+        if found and _raylet_answers(found[0]):
+            return f"node {node} still runs: only the host's actor was lost"
+        if not found:
+            return f"node {node} is declared dead: the next attempt is placed on live nodes"
+        if time.monotonic() >= deadline:
+            return (f"node {node} still counts as alive after {timeout:g} s; the next "
+                    "attempt may wait for its bundle to be placed")
+        time.sleep(_POLL_S * 5)  # Ray's health checks take seconds: a bounded poll
+
+
+def _raylet_answers(entry: dict[str, Any]) -> bool:
+    """Whether the node's raylet still accepts connections (a node that is going away
+    counts as alive in Ray for a while after its raylet died)."""
+    import socket
+
+    host, port = entry.get("NodeManagerAddress"), entry.get("NodeManagerPort")
+    if not host or not port:
+        return False
+    try:
+        with socket.create_connection((str(host), int(port)), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
 def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
@@ -117,12 +153,19 @@ def main(argv: list[str] | None = None) -> int:
         out.write(f"[shoal] {host}: {text}\n".encode())
         out.flush()
 
+    node: str | None = None
+
     def lost(text: str) -> int:
-        say(text)
+        where = f" (node {node})" if node else ""
+        say(f"{text}{where}")
+        if node:
+            # The next attempt must not land on that node again: wait (bounded) until Ray
+            # has declared it dead, so that the group's bundle there is placed elsewhere.
+            say(wait_declared_dead(ray, node))
         # The supervisor reads this (the job's directory is our working directory): an
         # infrastructure failure, retried up to max_retry_attempts.
         with open(LOST_HOSTS, "a") as f:
-            f.write(f"{host}: {text.splitlines()[0]}\n")
+            f.write(f"{host}{where}: {text.splitlines()[0]}\n")
         return 1
 
     # Signals that arrive while connecting wait: ray.init installs its own SIGTERM handler

@@ -324,8 +324,13 @@ class WarmPools:
         ray = self._ray
         free = _free_per_node(ray)
         with self._lock:
-            # Never this client's own actors (it is about to hand them work), busy or not.
-            mine = {s.name for group in self._slots.values() for s in group}
+            # Never this client's own busy actors, nor its own of *keep* (it is about to hand
+            # them work); its own idle ones of other pools retire like anyone's: else the
+            # only slot a job pinned to one node needs may be held by its own client's cache.
+            mine = {s.name for k, group in self._slots.items() for s in group
+                    if s.busy or (keep and k == keep)}
+            idle = {s.name: s for k, group in self._slots.items() for s in group
+                    if s.name not in mine}
             # Actors this client started that have not answered yet may not be placed yet:
             # count their demand as taken.
             waiting = [self._demands.get(k, {}) for k, group in self._slots.items()
@@ -347,11 +352,14 @@ class WarmPools:
                     continue
                 with contextlib.suppress(ValueError):
                     actor = ray.get_actor(name, namespace=self._namespace)
-                    refs.append(actor.retire_if_idle.remote())
+                    refs.append((name, actor.retire_if_idle.remote()))
         retired = 0
-        for ref in refs:
+        for name, ref in refs:
             with contextlib.suppress(Exception):
-                retired += bool(ray.get(ref, timeout=5))
+                if ray.get(ref, timeout=5):
+                    retired += 1
+                    if name in idle:  # one of ours: never handed anything again
+                        self.release(idle[name], dead=True)
         if retired:
             logger.info("retired %d idle warm supervisor actor(s) to make room for %s",
                         retired, dict(demand))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import require
+from shoal.backends._raybound import bounded, outlive_head, probe_address
 from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
 from shoal.backends.ray_node import node_env, start_supervisor
 from shoal.core.ports import RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, ExecContext, LaunchInfo
@@ -147,6 +148,8 @@ class RayBackend:
             if not ray.is_initialized():
                 if self._token_file:
                     _use_token(self._token_file)
+                probe_address(self._address)  # a head that is down: say so in seconds
+                outlive_head()
                 try:
                     self._connect(ray)
                 except (ConnectionError, RuntimeError, ValueError) as e:
@@ -305,12 +308,17 @@ class RayBackend:
     # --- observing and stopping -------------------------------------------------------
 
     def _actor(self, handle: Mapping[str, Any]) -> Any:
-        """The job's actor while it is pending or alive; None once it has ended."""
+        """The job's actor while it is pending or alive; None once it has ended.
+        BackendUnavailableError within seconds when the cluster does not answer."""
         ray = self._ray()
-        try:
-            return ray.get_actor(handle["actor"], namespace=handle.get("namespace"))
-        except ValueError:  # a dead actor's name is released
-            return None
+
+        def find() -> Any:
+            try:
+                return ray.get_actor(handle["actor"], namespace=handle.get("namespace"))
+            except ValueError:  # a dead actor's name is released
+                return None
+
+        return bounded(self._address, f"whether supervisor {handle['actor']} lives", find)
 
     def is_alive(self, handle: Mapping[str, Any]) -> bool | None:
         if handle.get("backend") != "ray" or not handle.get("actor"):

@@ -108,6 +108,7 @@ def start_node(home: Path, *, port: int | None = None, address: str | None = Non
         tail = log.read_text(errors="replace")[-3000:]
         raise BackendUnavailableError(f"'ray start' failed (exit code {done.returncode}); its "
                                       f"log {log} ends with:\n{tail}", log=str(log))
+    _watch(temp, directory / f"{tag}.watch.log")
     record: dict[str, Any] = {"tag": tag, "head": head, "temp_dir": str(temp),
                               "address": f"127.0.0.1:{gcs_port}" if head else address}
     if head:
@@ -116,6 +117,18 @@ def start_node(home: Path, *, port: int | None = None, address: str | None = Non
     nodes.append(record)
     (directory / "nodes.json").write_text(json.dumps(nodes, indent=2))
     return record
+
+
+def _watch(temp: Path, log: Path) -> None:
+    """Start the node's watcher (``_raywatch.py``): it ends what the node leaves behind if
+    its raylet dies. Detached: it outlives this command."""
+    from shoal.backends._raywatch import raylets_of
+
+    pids = [str(p) for p in raylets_of(str(temp))]
+    with open(log, "ab") as out:
+        subprocess.Popen([sys.executable, "-m", "shoal.backends._raywatch", str(temp), *pids],
+                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                         start_new_session=True, close_fds=True)
 
 
 def _read_nodes(directory: Path) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ def list_jobs(
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--since") from None
     service = state.session().jobs
-    service.reap()
+    _reap(service)
     records = service.metadata.list_jobs(JobQuery(
         statuses=tuple(status or ()), name_contains=name or None,
         created_after=created_after, limit=limit))
@@ -84,6 +84,15 @@ def list_jobs(
                     f"no jobs yet in {where}")
         return
     emit(_table(records))
+
+
+def _reap(service: Any) -> None:
+    """End the records of jobs whose supervisor is gone; a backend that does not answer (a
+    Ray head that is down) leaves them as recorded, and says so, within seconds."""
+    service.reap()
+    if service.liveness_unknown is not None:
+        err().print(f"note: {service.liveness_unknown}. Jobs shown as pending or running may "
+                    "have ended with it.", markup=False, highlight=False)
 
 
 def _table(records: list[JobRecord]) -> Table:
@@ -107,7 +116,7 @@ def describe(
     """Show everything recorded about a job (secret-looking env values are masked)."""
     session = state.session()
     service = session.jobs
-    service.reap()
+    _reap(service)
     record = service.get(name)
     log_uri = service.log_uri(name)
     metadata = session.metadata

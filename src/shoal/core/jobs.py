@@ -85,6 +85,7 @@ class FailureKind(StrEnum):
     VERSION = "version"                # client/job Python or payload format mismatch
     ENVIRONMENT = "environment"        # the runtime environment could not be prepared
     SUPERVISOR_LOST = "supervisor_lost"  # the supervisor died; found by the reaper
+    NODE_LOST = "node_lost"            # another host's node (or its actor) was lost mid-job
     INTERNAL = "internal"              # a shoal bug or a store failure
 
 

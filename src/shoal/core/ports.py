@@ -103,11 +103,11 @@ class JobStore(Protocol):
         reason: str | None = None, failure_kind: FailureKind | None = None,
         exit_code: int | None = None, attempt: int | None = None,
         handle: Handle | None = None, env_setup_seconds: float | None = None,
-        want_record: bool = True,
+        want_record: bool = True, expected_attempt: int | None = None,
     ) -> JobRecord | None:
         """Move job *name* to *status* (only along ``core.jobs.TRANSITIONS``, and only from
-        *expected* when given: InvalidTransitionError otherwise); the record after, or None
-        without *want_record*."""
+        *expected* when given, and at *expected_attempt* when given: InvalidTransitionError
+        otherwise); the record after, or None without *want_record*."""
         ...
     def update_jobs(self, changes: Sequence[JobChange]) -> list[bool]:
         """Apply many transitions in one transaction, in order; for each, whether it was

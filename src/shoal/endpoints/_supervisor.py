@@ -59,6 +59,7 @@ from shoal.endpoints._staging import (
     stage_model,
 )
 from shoal.errors import ArtifactNotFound, EndpointNotFound, InvalidTransitionError, ShoalError
+from shoal.jobs.relaunch import supervisor_words
 
 __all__ = ["EndpointSupervisor", "SupervisedEndpoints", "main"]
 
@@ -514,7 +515,7 @@ class SupervisedEndpoints:
         except OSError:
             tail = ""
         return RuntimeView(RuntimeState.GONE, reason=(
-            f"the endpoint's supervisor (pid {record.supervisor.get('pid')}) is gone, so "
+            f"the endpoint's supervisor ({supervisor_words(record.supervisor)}) is gone, so "
             f"nothing restarts its instances; its log ({log}) ends with:\n{tail}"))
 
     def delete(self, record: EndpointRecord, *, timeout: float) -> None:

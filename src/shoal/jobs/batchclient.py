@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.core.jobs import FailureKind, JobChange, JobStatus
 from shoal.core.ports import ExecContext, JobQuery
 from shoal.errors import ShoalError
+from shoal.jobs.relaunch import supervisor_words
 from shoal.serialization import Payload, deserialize
 
 if TYPE_CHECKING:
@@ -122,9 +123,8 @@ class JobBatch:
         info = self._info
         if info is None or self._svc.backend.is_alive(info.to_json()) is not False:
             return  # it may still record them: waiting on the records finds out
-        where = f" (Ray actor {info.extra['actor']})" if info.extra.get("actor") else ""
-        reason = (f"the warm worker (pid {info.pid}){where} that took this job in a batch "
-                  "exited without reporting an end state: it was killed, its node was lost, "
+        reason = (f"the warm worker ({supervisor_words(info.to_json())}) that took this job "
+                  "in a batch exited without reporting an end state: it was killed, its node was lost, "
                   "or the machine restarted")
         records = self._svc.metadata.list_jobs(JobQuery(names=names, limit=len(names)))
         # As the reaper does: a job being stopped ends stopped, any other fails.
@@ -133,7 +133,8 @@ class JobBatch:
                       else JobStatus.FAILED, expected=r.status,
                       failure_kind=FailureKind.SUPERVISOR_LOST, reason=reason)
             for r in records if not r.is_terminal])
-        logger.warning("batch worker pid %s went away; %d job(s) failed", info.pid, len(names))
+        logger.warning("batch worker (%s) went away; %d job(s) failed",
+                       supervisor_words(info.to_json()), len(names))
 
 
 class _LogFollower:

@@ -23,7 +23,7 @@ from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import mask_text
-from shoal.errors import InvalidTransitionError, ShoalError
+from shoal.errors import InvalidTransitionError, ShoalError, StorageError
 from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
 from shoal.jobs._outcomes import Outcome, conclude
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
@@ -223,10 +223,12 @@ class Supervisor:
                 self._stop = False  # that signal stopped this job; the worker serves on
         except Exception as e:  # a store failure or a shoal bug: never leave the job running
             logger.exception("supervisor of job %s failed", name)
+            # A store's error names the store; its traceback is in the supervisor's log.
+            said = str(e) if isinstance(e, StorageError) else \
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
             with contextlib.suppress(Exception):
                 self._finish(name, Outcome(JobStatus.FAILED, FailureKind.INTERNAL,
-                                           f"the supervisor failed: {type(e).__name__}: {e}\n"
-                                           f"{traceback.format_exc(limit=5)}"))
+                                           f"the supervisor failed: {said}"))
             return 1
         finally:
             self._slots.release()
@@ -237,8 +239,13 @@ class Supervisor:
         sink = LogSink(self._svc.artifacts, log_key(record.name),
                        self._work_root / f"{record.name}.log", redact=self._hidden)
         attempts = max(1, spec.max_retry_attempts)
+        # A supervisor started for a later attempt (its predecessor lost: jobs/relaunch.py)
+        # goes on from there, after the log the earlier attempts wrote.
+        first = min(record.attempt + 1, attempts)
+        if first > 1:
+            sink.resume()
         try:
-            for attempt in range(1, attempts + 1):
+            for attempt in range(first, attempts + 1):
                 if attempt > 1:
                     sink.write(f"[shoal] attempt {attempt} of {attempts}\n".encode())
                 outcome = self._attempt(record, attempt, sink)
@@ -360,7 +367,7 @@ class Supervisor:
                 tap.close()
         if training is not None and rc != 0 and not (stopped or timed_out) and (
                 lost := training.lost_hosts()):
-            return Outcome(JobStatus.FAILED, FailureKind.SUPERVISOR_LOST,
+            return Outcome(JobStatus.FAILED, FailureKind.NODE_LOST,
                            f"another host of the job was lost mid-job, and its other ranks "
                            f"were stopped: {lost}", exit_code=rc, retry=True)
         return conclude(self._svc, record, workdir, rc, sink, stopped=stopped,

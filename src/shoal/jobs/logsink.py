@@ -3,24 +3,31 @@ uploaded every few seconds (and at the end) for object stores."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from shoal.core.ports import ArtifactStore
 from shoal.core.secrets import StreamRedactor
+from shoal.errors import ArtifactStoreError, ShoalError
 
 __all__ = ["LogSink", "StdoutSink"]
 
 if TYPE_CHECKING:
     from shoal.core.ports import ArtifactStore
 
+logger = logging.getLogger(__name__)
+
 
 class LogSink:
     def __init__(self, artifacts: ArtifactStore, key: str, spool: Path, *, interval: float = 2.0,
                  redact: tuple[str, ...] = ()) -> None:
-        self._artifacts = artifacts
+        # Uploads while the job runs are not held up by a store that is away (the next one
+        # goes on from the spool); the last one waits for it (``close``).
+        self._artifacts = getattr(artifacts, "inner", artifacts)
         self._key = key
         local = artifacts.local_path(key)
         self._direct = local is not None
@@ -31,9 +38,26 @@ class LogSink:
         self._dirty = False
         self._last_flush = 0.0
         self._closed = False
+        self._failing = False
+        #: How long the last upload waits out a store that does not answer.
+        self.outage_seconds = float(getattr(artifacts, "seconds", 60.0))
         # Secret values (environment variables named *TOKEN*, *KEY*...) never reach the log,
         # not even when written in pieces (the redactor holds back a possible beginning).
         self._redactor = StreamRedactor(redact)
+
+    def resume(self) -> None:
+        """Go on after the log an earlier supervisor of the job stored (a later attempt on
+        another machine): the spool starts as a copy of it, so uploads keep what it held."""
+        if self._direct or self._path.exists():
+            return
+        from shoal.errors import ArtifactNotFound
+
+        try:
+            earlier = self._artifacts.get_bytes(self._key)
+        except ArtifactNotFound:
+            return
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.write_bytes(earlier)
 
     def write(self, data: bytes) -> None:
         self._put(self._redactor.feed(data))
@@ -64,13 +88,40 @@ class LogSink:
 
     def maybe_flush(self, now: float) -> None:
         if not self._direct and self._dirty and now >= self._last_flush + self._interval:
-            self._upload(now)
+            try:
+                self._upload(now)
+            except ShoalError as e:  # a store that blinked never stops the job: next time
+                self._last_flush = now
+                if not self._failing:
+                    logger.warning("the job's log could not be uploaded (%s); it is kept in %s "
+                                   "and uploaded when the store answers", e, self._path)
+                self._failing = True
+            else:
+                self._failing = False
 
     def _upload(self, now: float) -> None:
         self._f.flush()  # only called once something was written
         self._artifacts.put_bytes(self._key, self._path.read_bytes())
         self._dirty = False
         self._last_flush = now
+
+    def _upload_within(self, seconds: float) -> None:
+        """The last upload, tried again while the store does not answer, for *seconds*;
+        then ArtifactStoreError naming the store (the log stays in the spool)."""
+        deadline = time.monotonic() + seconds
+        pause = 0.2
+        while True:
+            try:
+                self._upload(0.0)
+                return
+            except ShoalError as e:
+                if time.monotonic() + pause > deadline:
+                    raise ArtifactStoreError(
+                        f"the job's log could not be uploaded to the artifact store "
+                        f"({self._artifacts.root}) within {seconds:g} s: {e}. It is kept "
+                        f"in {self._path}", key=self._key) from e
+            time.sleep(pause)  # the store's outage: a bounded, growing pause
+            pause = min(pause * 2, 2.0)
 
     def tail(self, lines: int) -> str:
         """The last *lines* of the log (called once the output has ended)."""
@@ -90,7 +141,7 @@ class LogSink:
             return
         self.end()
         if not self._direct and self._dirty:
-            self._upload(0.0)
+            self._upload_within(self.outage_seconds)
         if self._f_obj is not None:
             self._f_obj.close()
         self._closed = True

@@ -24,6 +24,7 @@ from shoal.core.jobs import (
 from shoal.core.ports import ArtifactStore, Backend, ExecContext, JobStore, JobWaiter, MetricStore
 from shoal.errors import (
     ArtifactNotFound,
+    BackendUnavailableError,
     InvalidTransitionError,
     JobCancelledError,
     JobFailedError,
@@ -35,6 +36,13 @@ from shoal.jobs._payloads import load_payload, store_payloads
 from shoal.jobs._training import ranks_of
 from shoal.jobs._wake import WakeChannel, notify, open_channel
 from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
+from shoal.jobs.relaunch import (
+    RELAUNCH,
+    may_relaunch,
+    relaunch,
+    relaunch_stale,
+    supervisor_words,
+)
 from shoal.serialization import Payload, deserialize, resign, serialize
 from shoal.serialization.keys import is_sealed, new_salt, open_env, payload_key, seal_env
 from shoal.storage.artifacts import job_key
@@ -50,6 +58,9 @@ _HOST = socket.gethostname()
 
 #: How long a record may sit without a launched supervisor before the reaper fails it.
 _UNLAUNCHED_GRACE_S = 120.0
+#: How long a waiting client goes on while the backend does not answer (jobs/service.py).
+_BACKEND_WAIT_S = 30.0
+_WAITER_SLICE_S = 10.0
 
 
 def _local_modules(func: Callable[..., Any]) -> tuple[str, ...]:
@@ -141,6 +152,11 @@ class JobService:
         self._handed: dict[str, str] = {}
         #: Where clients waiting on this host are woken when a job ends (``_wake.py``).
         self._wake_dir = wake_dir
+        #: Why the last liveness check got no answer from the backend (None: it answered).
+        self.liveness_unknown: BackendUnavailableError | None = None
+        self._unanswered_since: float | None = None
+        #: How long ``wait`` goes on while the backend does not answer, before it raises.
+        self.backend_wait_seconds = _BACKEND_WAIT_S
 
     # --- keys -------------------------------------------------------------------------
 
@@ -374,7 +390,8 @@ class JobService:
             self._waiters[record.name] = info.waiter
         else:
             self.metadata.set_handle(record.name, info.to_json())
-        logger.info("job %s submitted (supervisor pid %s)", record.name, info.pid,
+        logger.info("job %s submitted (supervisor: %s)", record.name,
+                    supervisor_words(info.to_json()),
                     extra={"job_id": record.name})
         return record
 
@@ -494,7 +511,8 @@ class JobService:
         waiter = self._waiters.get(name)
         if waiter is not None and on_output is None and on_status is None:
             # A warm worker says when the job has ended: block on that, then read the record.
-            waiter.wait(timeout if timeout is not None else 3600.0)
+            # (for a while at a time: a cluster that stops answering is noticed below)
+            waiter.wait(timeout if timeout is not None else _WAITER_SLICE_S)
         wake = None  # bound before the first read of the record
         if waiter is None and self._wake_dir is not None:
             wake = open_channel(self._wake_dir, name)
@@ -531,6 +549,7 @@ class JobService:
                 return record
             if now >= next_liveness:
                 self._reap_one(record)
+                self._check_answering(record)
                 next_liveness = now + 0.5
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"job {name} is still {record.status} after {timeout} s")
@@ -547,6 +566,21 @@ class JobService:
             else:
                 time.sleep(delay)  # bounded polling of the durable record
             delay = min(delay * 1.5, cap)
+
+    def _check_answering(self, record: JobRecord) -> None:
+        """While waiting: a backend that has not answered for ``backend_wait_seconds`` ends
+        the wait (the job is left as it is; waiting again later picks it up)."""
+        since = self._unanswered_since
+        if since is None or time.monotonic() - since < self.backend_wait_seconds:
+            return
+        cause = self.liveness_unknown
+        address = cause.details.get("address") if cause is not None else None
+        raise BackendUnavailableError(
+            f"stopped waiting for job {record.name} (recorded {record.status}): the "
+            f"{self.backend.name} backend{f' at {address!r}' if address else ''} has not "
+            f"answered for {int(self.backend_wait_seconds)} s ({cause}). Wait again once it "
+            "answers; the job's record and log stay readable ('shoal jobs describe "
+            f"{record.name}')", job=record.name, address=address)
 
     def outcome(self, record: JobRecord) -> Any:
         """The job's return value, or the matching exception."""
@@ -609,28 +643,42 @@ class JobService:
         return record
 
     def reap(self) -> list[JobName]:
-        """Fail every unfinished job whose supervisor is gone; return their names."""
-        return [r.name for r in self.metadata.iter_unfinished() if self._reap_one(r)]
+        """Fail (or retry) every unfinished job whose supervisor is gone; return their names.
+        A backend that does not answer leaves the rest as they are, their liveness unknown
+        (``liveness_unknown`` says why)."""
+        reaped = []
+        self.liveness_unknown = None
+        for record in self.metadata.iter_unfinished():
+            if self._reap_one(record):
+                reaped.append(record.name)
+            if self.liveness_unknown is not None:
+                break  # one bounded wait for a backend that is down, not one per job
+        return reaped
+
+    def _is_alive(self, handle: Mapping[str, Any]) -> bool | None:
+        """The backend's answer; None (unknown) while it does not answer, which is noted in
+        ``liveness_unknown`` (and when it began, for ``wait``)."""
+        try:
+            alive = self.backend.is_alive(handle)
+        except BackendUnavailableError as e:
+            self.liveness_unknown = e
+            if self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
+            return None
+        self._unanswered_since = None
+        return alive
 
     def _reap_one(self, record: JobRecord) -> bool:
         if record.is_terminal:
             return False
-        alive = self.backend.is_alive(record.handle)
-        if alive is None and not record.handle:
-            age = (self._clock.now() - record.created_at).total_seconds()
-            reason = _client_gone(record)
-            if reason is None and age < _UNLAUNCHED_GRACE_S:
-                return False
-            reason = reason or f"no supervisor was started for {int(age)} s after the job " \
-                               "was created"
-        elif alive is False:
-            reason = (f"its supervisor (pid {record.handle.get('pid')}) exited without reporting "
-                      "an end state: it was killed, or the machine restarted")
-        else:
+        reason = self._why_orphaned(record)
+        if reason is None:
             return False
         current = self.metadata.get_job(record.name)
-        if current.is_terminal or (current.handle and not record.handle):
+        if current.is_terminal or current.handle != record.handle:
             return False  # it ended, or a supervisor took it meanwhile
+        if RELAUNCH not in current.handle and may_relaunch(current) and self.keys is not None:
+            return relaunch(self, current, reason)  # infrastructure lost: another attempt
         status = JobStatus.STOPPED if current.status == JobStatus.STOPPING else JobStatus.FAILED
         try:
             self.transition(record.name, status, failure_kind=FailureKind.SUPERVISOR_LOST,
@@ -638,3 +686,22 @@ class JobService:
         except InvalidTransitionError:
             return False
         return True
+
+    def _why_orphaned(self, record: JobRecord) -> str | None:
+        """Why *record* has no supervisor and never will (None: it has one, or may get one)."""
+        stale = relaunch_stale(record.handle, _UNLAUNCHED_GRACE_S)
+        if stale is not None:  # another attempt is being started (jobs/relaunch.py)
+            return (f"no supervisor took its attempt {record.handle[RELAUNCH]} within "
+                    f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost") if stale else None
+        alive = self._is_alive(record.handle)
+        if alive is None and not record.handle:
+            age = (self._clock.now() - record.created_at).total_seconds()
+            reason = _client_gone(record)
+            if reason is None and age < _UNLAUNCHED_GRACE_S:
+                return None
+            return reason or f"no supervisor was started for {int(age)} s after the job was " \
+                             "created"
+        if alive is False:
+            return (f"its supervisor ({supervisor_words(record.handle)}) exited without "
+                    "reporting an end state: it was killed, or its machine was lost")
+        return None

@@ -94,8 +94,12 @@ class FsspecArtifactStore:
                     raise
             else:
                 self._fs.pipe_file(path, data)
-        except OSError as e:
-            raise ArtifactStoreError(f"cannot write {self.uri(key)}: {e}", key=key) from e
+        except Exception as e:
+            if not _is_store_error(e):
+                raise
+            raise ArtifactStoreError(f"cannot write {self.uri(key)}: {_said(e)}",
+                                     key=key, store=self._root_url,
+                                     transient=_is_transient(e)) from e
 
     def put_file(self, key: str, local: str | os.PathLike[str]) -> None:
         """Upload a file without reading it into memory; atomic like put_bytes."""
@@ -115,9 +119,12 @@ class FsspecArtifactStore:
                     raise
             else:  # one PUT (or a completed multipart upload): readers never see half of it
                 self._fs.put_file(os.fspath(local), path)
-        except OSError as e:
-            raise ArtifactStoreError(f"cannot write {self.uri(key)} from {local}: {e}",
-                                     key=key) from e
+        except Exception as e:
+            if not _is_store_error(e):
+                raise
+            raise ArtifactStoreError(f"cannot write {self.uri(key)} from {local}: {_said(e)}",
+                                     key=key, store=self._root_url,
+                                     transient=_is_transient(e)) from e
 
     def get_file(self, key: str, local: str | os.PathLike[str]) -> None:
         """Download to *local* (written beside it, then renamed)."""
@@ -157,8 +164,11 @@ class FsspecArtifactStore:
             return bytes(self._fs.cat_file(path))
         except FileNotFoundError as e:
             raise ArtifactNotFound(f"no artifact at {self.uri(key)}", key=key) from e
-        except OSError as e:
-            raise ArtifactStoreError(f"cannot read {self.uri(key)}: {e}", key=key) from e
+        except Exception as e:
+            if not _is_store_error(e):
+                raise
+            raise ArtifactStoreError(f"cannot read {self.uri(key)}: {_said(e)}", key=key,
+                                     store=self._root_url, transient=_is_transient(e)) from e
 
     def exists(self, key: str) -> bool:
         path = self._path(key)
@@ -215,6 +225,37 @@ class FsspecArtifactStore:
             return
         except OSError as e:
             raise ArtifactStoreError(f"cannot delete {self.uri(prefix)}: {e}", key=prefix) from e
+
+
+#: Packages whose exceptions mean the remote store failed (a connection refused, a timeout),
+#: which do not all derive from OSError (botocore's EndpointConnectionError does not).
+_STORE_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "azure",
+                   "google", "urllib3", "requests")
+
+
+def _is_store_error(error: BaseException) -> bool:
+    return isinstance(error, OSError) or \
+        type(error).__module__.partition(".")[0] in _STORE_PACKAGES
+
+
+def _is_transient(error: BaseException) -> bool:
+    """A store that could not be reached (refused, reset, timed out), worth waiting for."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        name = type(seen).__name__
+        if isinstance(seen, ConnectionError | TimeoutError) or "Connect" in name \
+                or "Timeout" in name:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _said(error: BaseException) -> str:
+    """An error's own words, one line, with its type when that says more (no traceback)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if isinstance(error, OSError) else f"{type(error).__name__}: {text}"
 
 
 def _makedirs(path: str) -> None:

@@ -305,7 +305,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
         reason: str | None = None, failure_kind: FailureKind | None = None,
         exit_code: int | None = None, attempt: int | None = None,
         handle: Mapping[str, Any] | None = None, env_setup_seconds: float | None = None,
-        want_record: bool = True,
+        want_record: bool = True, expected_attempt: int | None = None,
     ) -> JobRecord | None:
         """Move *name* to *status* atomically, checking the allowed transitions; return the
         updated record (None with ``want_record=False``, which saves a read on hot paths)."""
@@ -321,6 +321,11 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
                 raise InvalidTransitionError(
                     f"job {name!r} is {current}, not {expected}; it cannot move to {status}",
                     job=name, current=str(current), new=str(status))
+            if expected_attempt is not None and row[_COL["attempt"]] != expected_attempt:
+                raise InvalidTransitionError(
+                    f"job {name!r} is at attempt {row[_COL['attempt']]}, not "
+                    f"{expected_attempt}; it cannot move to {status}", job=name,
+                    current=str(current), new=str(status))
             if current != status or current.is_terminal:
                 check_transition(name, current, status)  # an ended job never changes again
             values: dict[str, Any] = {"status": status.value, "updated_at": now}

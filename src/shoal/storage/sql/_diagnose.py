@@ -46,13 +46,18 @@ def explain(error: BaseException, url: str, shown: str, *, doing: str) -> Metada
     path = sqlite_path(url)
     code = getattr(orig, "sqlite_errorcode", None)
     if path is None or code is None:
+        # A server that cannot be reached (stopped, restarting, failing over): worth waiting
+        # for (storage/outage.py). PostgreSQL's OperationalError covers a refused connection
+        # and one the server ended; an error in the SQL itself is not one.
+        transient = path is None and any(c.__name__ in ("OperationalError", "InterfaceError")
+                                         for c in type(orig).__mro__)
         if doing == "open" and type(orig).__name__ == "OperationalError":  # PostgreSQL's
             return MetadataStoreError(
                 f"cannot open metadata database {shown}: {orig}. Check that the server runs "
                 f"and the database exists (createdb), then run 'shoal db upgrade {shown}'.",
-                url=shown)
+                url=shown, transient=transient)
         return MetadataStoreError(f"cannot {doing} the metadata database {shown}: {orig}",
-                                  url=shown)
+                                  url=shown, transient=transient)
     said = f"(SQLite: {orig})"
     what = _sqlite_text(code & 0xFF, path, said, doing)
     return MetadataStoreError(what, url=shown, path=str(path),

@@ -1,0 +1,292 @@
+"""Infrastructure loss on the local backend (issue #23): a supervisor that is killed costs an
+attempt, never the job, while max_retry_attempts leaves one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import shoal
+from helpers import wait_until
+from shoal.core import FailureKind, JobQuery, JobStatus
+from shoal.errors import JobFailedError
+
+
+def _attempt_then_block(marks: str) -> str:
+    """The first attempt blocks (until its supervisor is killed); the next returns."""
+    import time
+
+    path = Path(marks)
+    with open(path, "a") as f:
+        f.write("x")
+    if len(path.read_text()) == 1:
+        print("first attempt blocking", flush=True)
+        while True:
+            time.sleep(0.05)
+    return f"attempt {len(path.read_text())} done"
+
+
+def _supervisor_pid(session: shoal.Session, name: str) -> int:
+    wait_until(lambda: session.jobs.get(name).handle.get("pid"), 30,
+               what=f"the supervisor of {name} to record its pid")
+    return int(session.jobs.get(name).handle["pid"])
+
+
+def test_a_killed_supervisor_is_retried_and_the_record_says_why(session, tmp_path):
+    marks = tmp_path / "attempts"
+    with shoal.RemoteExecutor(max_retry_attempts=2, job_name_prefix="lost-sup") as executor:
+        future = executor.submit(_attempt_then_block, str(marks))
+        wait_until(lambda: future.job_name and b"blocking" in session.jobs.read_log(future.job_name), 60,
+                   what="the first attempt to run")
+        os.kill(_supervisor_pid(session, future.job_name), signal.SIGKILL)
+        assert future.result(timeout=120) == "attempt 2 done"
+    record = session.jobs.get(future.job_name)
+    assert record.status == JobStatus.COMPLETED and record.attempt == 2
+    [ended] = [e.reason for e in record.events if "attempt 1 of 2 ended" in (e.reason or "")]
+    assert "its supervisor (pid" in ended and "exited without reporting" in ended
+    log = session.jobs.read_log(future.job_name).decode()
+    assert "first attempt blocking" in log and "attempt 2 of 2" in log  # one log, both runs
+
+
+def _block() -> None:
+    import time
+
+    print("blocking", flush=True)
+    while True:
+        time.sleep(0.05)
+
+
+def test_the_last_attempt_lost_fails_the_job_naming_the_supervisor(session):
+    with shoal.RemoteExecutor(max_retry_attempts=2, job_name_prefix="lost-twice") as executor:
+        future = executor.submit(_block)
+        wait_until(lambda: future.job_name, 30, what="the job to be recorded")
+        name = future.job_name
+        for attempt in (1, 2):
+            wait_until(lambda a=attempt: session.jobs.get(name).attempt == a
+                       and session.jobs.get(name).status == JobStatus.RUNNING, 60,
+                       what=f"attempt {attempt} to run")
+            os.kill(_supervisor_pid(session, name), signal.SIGKILL)
+            # what 'shoal jobs list' does, and the waiting client every half second
+            wait_until(lambda a=attempt: session.jobs.reap() is not None and (
+                       session.jobs.get(name).attempt > a or session.jobs.get(name).is_terminal),
+                       60,
+                       what=f"attempt {attempt} to end")
+        with pytest.raises(JobFailedError, match="exited without reporting"):
+            future.result(timeout=60)
+    [record] = session.metadata.list_jobs(JobQuery(name_prefix="lost-twice"))
+    assert record.status == JobStatus.FAILED and record.attempt == 2
+    assert record.failure_kind == FailureKind.SUPERVISOR_LOST
+
+
+# --- the metadata store goes away for a while -------------------------------------------
+
+class _Postgres:
+    """A PostgreSQL server of this test's own (scripts/postgres.sh), which it may stop."""
+
+    def __init__(self, root: Path) -> None:
+        script = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+        self.root = root
+        self.url = subprocess.run(["bash", str(script), "start", str(root)], check=True,
+                                  capture_output=True, text=True, timeout=120).stdout.strip()
+        self.port = int(self.url.rpartition(":")[2].partition("/")[0])
+        self._bin = Path(shutil.which("pg_ctl") or "pg_ctl").parent
+        for found in sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")):
+            self._bin = found.parent
+
+    def _pg_ctl(self, *args: str) -> None:
+        argv = [str(self._bin / "pg_ctl"), "-D", str(self.root / "data"), *args]
+        if os.getuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
+                     f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+                     "-c fsync=off -c max_connections=200", "start")
+
+
+@pytest.fixture
+def own_postgres(postgres_server_url: str) -> Iterator[_Postgres]:
+    """Where the suite has PostgreSQL (make test), a server of this test's own to stop."""
+    import tempfile
+
+    if not (shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))):
+        pytest.skip("PostgreSQL's server programs are not installed (scripts/postgres.sh "
+                    "installs them)")
+    # Under /tmp as scripts/test.sh does: the server's user must reach the directory.
+    root = Path(tempfile.mkdtemp(prefix="shoal-own-pg."))
+    try:
+        server = _Postgres(root)
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_file(go: str) -> int:
+    import time
+
+    print("waiting for the go", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    print("done", flush=True)
+    return 42
+
+
+@pytest.mark.postgres
+def test_a_20_s_database_outage_costs_running_jobs_nothing(own_postgres, tmp_path):
+    from shoal.storage.sql import upgrade_schema
+
+    upgrade_schema(own_postgres.url)
+    s = shoal.Session(home=str(tmp_path / "home"), metadata_url=own_postgres.url,
+                      launcher_idle_seconds=60, store_outage_seconds=90)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="pg-outage",
+                                                         max_parallel_jobs=2) as executor:
+            futures = [executor.submit(_wait_for_file, str(go)) for _ in range(2)]
+            wait_until(lambda: all(f.job_name and b"waiting" in s.jobs.read_log(f.job_name)
+                                   for f in futures), 60, what="both jobs to run")
+            own_postgres.stop()
+            go.touch()  # the jobs end while the store is down: their ends wait for it
+            wait_until(lambda: all(b"done" in s.jobs.read_log(f.job_name) for f in futures),
+                       60, what="the jobs' code to finish")
+            time.sleep(20)  # the outage itself: 20 s, as in issue #23
+            own_postgres.start()
+            assert [f.result(timeout=120) for f in futures] == [42, 42]
+        records = s.metadata.list_jobs(JobQuery(name_prefix="pg-outage"))
+        assert len(records) == 2
+        assert all(r.status == JobStatus.COMPLETED and r.attempt == 1 for r in records)
+    finally:
+        go.touch()
+        s.close()
+
+
+@pytest.mark.postgres
+def test_an_outage_past_the_limit_fails_the_wait_naming_the_store(own_postgres, tmp_path):
+    from shoal.errors import MetadataStoreError
+    from shoal.storage.sql import upgrade_schema
+
+    upgrade_schema(own_postgres.url)
+    s = shoal.Session(home=str(tmp_path / "home"), metadata_url=own_postgres.url,
+                      launcher_idle_seconds=60, store_outage_seconds=3)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="pg-gone") as executor:
+            future = executor.submit(_wait_for_file, str(go))
+            wait_until(lambda: future.job_name and b"waiting" in s.jobs.read_log(
+                future.job_name), 60, what="the job to run")
+            own_postgres.stop()
+            with pytest.raises(MetadataStoreError, match=r"has not answered for 3 s") as e:
+                future.result(timeout=120)
+            assert f"127.0.0.1:{own_postgres.port}" in str(e.value)
+            own_postgres.start()
+            go.touch()
+            # Once the store is back the supervisor's end is written: nothing is left open.
+            wait_until(lambda: s.jobs.get(future.job_name).is_terminal, 120,
+                       what="the job's record to end")
+    finally:
+        go.touch()
+        s.close()
+
+
+# --- the artifact store goes away for a while -------------------------------------------
+
+class _Moto:
+    """A moto S3 server of this test's own, which it may stop and start again (moto keeps
+    its buckets in memory: a restarted one gets the test's bucket again, empty)."""
+
+    def __init__(self, root: Path) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = root / "moto.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, bucket: str) -> None:
+        import sys
+        import urllib.request
+
+        import boto3
+
+        with open(self._log, "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def up() -> bool:
+            with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1) as r:
+                return r.status < 500
+
+        wait_until(up, 30, what=f"moto at {self.url}")
+        client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket=bucket)
+        client.close()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+            self._proc = None
+
+
+def _print_until(go: str) -> int:
+    import time
+
+    print("ticking", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.2)
+        print("tick", flush=True)
+    print("done", flush=True)
+    return 7
+
+
+@pytest.mark.s3
+def test_a_stopped_artifact_store_costs_a_running_job_nothing(tmp_path, monkeypatch):
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    moto = _Moto(tmp_path)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", moto.url),
+                        ("AWS_CONFIG_FILE", os.devnull),
+                        ("AWS_SHARED_CREDENTIALS_FILE", os.devnull)):
+        monkeypatch.setenv(name, value)
+    moto.start("outage")
+    s = shoal.Session(home=str(tmp_path / "home"), artifact_url="s3://outage/root",
+                      launcher_idle_seconds=60, store_outage_seconds=90)
+    go = tmp_path / "go"
+    try:
+        with shoal.use(s), shoal.RemoteExecutor(job_name_prefix="s3-outage") as executor:
+            future = executor.submit(_print_until, str(go))
+            wait_until(lambda: future.job_name and b"tick" in s.jobs.read_log(
+                future.job_name), 60, what="the job's log to reach the store")
+            moto.stop()
+            time.sleep(8)  # the outage itself: several of the log's uploads fail meanwhile
+            go.touch()  # the job ends while the store is away: its last upload waits
+            moto.start("outage")  # back (empty: moto forgets); the log is uploaded again
+            assert future.result(timeout=120) == 7
+        record = s.jobs.get(future.job_name)
+        assert record.status == JobStatus.COMPLETED and record.attempt == 1
+        log = s.jobs.read_log(future.job_name).decode()
+        assert "ticking" in log and "done" in log  # the whole log, from the spool
+    finally:
+        go.touch()
+        moto.stop()
+        s.close()
