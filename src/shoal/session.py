@@ -166,12 +166,12 @@ class Session:
                 self._private_home()
 
                 url = self.settings.resolved_artifact_url()
-                store = FsspecArtifactStore.open(url)
+                store: ArtifactStore = FsspecArtifactStore.open(url)
                 if store.local_path("probe") is None:  # an object store may be away a while
-                    from shoal.storage.outage import OutageTolerant
+                    from shoal.storage.outage import tolerant
 
-                    store = OutageTolerant(store, seconds=self.settings.store_outage_seconds,
-                                           shown=url)
+                    store = tolerant(store, seconds=self.settings.store_outage_seconds,
+                                     shown=url)
                 self._artifacts = store
             return self._artifacts
 
@@ -386,19 +386,20 @@ def _report_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
-def _tolerant(open_store: Any, url: str, seconds: float) -> Any:
+def _tolerant(open_store: Callable[[], MetadataStore], url: str,
+              seconds: float) -> MetadataStore:
     """The metadata store *open_store* opens, waiting out an outage of up to *seconds*, as
     every call on it does (``storage/outage.py``)."""
-    from shoal.storage.outage import OutageTolerant
+    from shoal.storage.outage import tolerant
     from shoal.storage.sql import redact_url
 
     shown = redact_url(url)
-    opener = OutageTolerant(_Opener(open_store), seconds=seconds, shown=shown)
-    return OutageTolerant(opener.open(), seconds=seconds, shown=shown)
+    opener = tolerant(_Opener(open_store), seconds=seconds, shown=shown)
+    return tolerant(opener.open(), seconds=seconds, shown=shown)
 
 
 class _Opener:
-    def __init__(self, open_store: Any) -> None:
+    def __init__(self, open_store: Callable[[], MetadataStore]) -> None:
         self.open = open_store
 
 

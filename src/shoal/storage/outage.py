@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from shoal.errors import (
     AlreadyExistsError,
@@ -26,7 +26,7 @@ from shoal.errors import (
     StorageError,
 )
 
-__all__ = ["DEFAULT_OUTAGE_SECONDS", "OutageTolerant"]
+__all__ = ["DEFAULT_OUTAGE_SECONDS", "OutageTolerant", "tolerant"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,3 +123,12 @@ class OutageTolerant:
 
 
 _NOT_DONE = object()
+
+S = TypeVar("S")
+
+
+def tolerant(store: S, *, seconds: float = DEFAULT_OUTAGE_SECONDS, shown: str = "") -> S:
+    """*store* behind an :class:`OutageTolerant`, typed as *store*: the proxy answers each of
+    its public methods with the same signature and result (the cast says what ``__getattr__``
+    cannot tell the type checker)."""
+    return cast(S, OutageTolerant(store, seconds=seconds, shown=shown))
