@@ -80,7 +80,7 @@ def open_channel(directory: Path, job: str) -> WakeChannel | None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # in the private home
         path.unlink(missing_ok=True)  # a dead client of the same pid left it
         sock.bind(_address(path))
         sock.setblocking(False)
