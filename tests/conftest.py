@@ -124,7 +124,8 @@ class ShoalServer:
 
 def _server_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
-    env.update(SHOAL_HOME=str(home), OMP_NUM_THREADS="1")
+    env.update(SHOAL_HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg-config"),
+               OMP_NUM_THREADS="1")
     return env
 
 

@@ -53,7 +53,10 @@ class ServerConnection:
             raise ApiError(f"{self.url} is not a shoal server of API v{API_VERSION} "
                            f"(GET {API_PREFIX}/version: {e}); check SHOAL_SERVER_URL",
                            url=self.url) from e
-        body = _json(response)
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
         if not isinstance(body, dict) or body.get("service") != "shoal":
             raise ApiError(f"{self.url} is not a shoal server: GET {API_PREFIX}/version "
                            f"answered {response.status_code} without shoal's version document; "

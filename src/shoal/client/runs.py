@@ -71,6 +71,12 @@ class HttpRunStore:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> HttpRunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- experiments --------------------------------------------------------------------
 
     def ensure_experiment(self, name: str, *, display_name: str | None = None,

@@ -69,6 +69,9 @@ def init_admin(store: AuthStore, user: str = "admin") -> NewToken:
 def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
     """Serve ``/api/v1`` over the session's stores until interrupted."""
     check_bind(host, auth=auth)
+    from shoal._internal.extras import require
+
+    require("server", "the team server (shoal server)", "fastapi", "uvicorn")
     import uvicorn
 
     from shoal.server.app import create_app
