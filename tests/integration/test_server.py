@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from shoal.client import HttpRunStore
+from shoal.core import MetricPoint
 from shoal.errors import ApiError, AuthenticationError, ConfigError, PermissionDeniedError
 
 
@@ -94,13 +95,26 @@ def test_a_non_loopback_bind_without_auth_is_refused_saying_why(tmp_path):
 class _Fake(BaseHTTPRequestHandler):
     body: bytes = b"<html>hello</html>"
     content_type = "text/html"
+    #: (method, path) -> statuses to answer in turn (the last one repeats); requests seen.
+    script: dict[tuple[str, str], list[int]] = {}
+    seen: list[tuple[str, str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200)
+    def _answer(self) -> None:
+        key = (self.command, self.path.split("?")[0])
+        self.seen.append(key)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        statuses = self.script.get(key)
+        status = (statuses.pop(0) if len(statuses) > 1 else statuses[0]) if statuses else 200
+        body = self.body if key[1].endswith("/version") or not statuses else (
+            b"[]" if status == 200 else b"busy")
+        self.send_response(status)
         self.send_header("Content-Type", self.content_type)
-        self.send_header("Content-Length", str(len(self.body)))
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(self.body)
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -109,7 +123,7 @@ class _Fake(BaseHTTPRequestHandler):
 @pytest.fixture
 def other_server() -> Iterator[tuple[str, type[_Fake]]]:
     """A real HTTP server on 127.0.0.1 that is not a shoal server (its answer settable)."""
-    handler = type("Handler", (_Fake,), {})
+    handler = type("Handler", (_Fake,), {"script": {}, "seen": []})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -164,3 +178,17 @@ def test_a_session_with_a_server_url_logs_runs_through_it_and_refuses_jobs(
         assert dict(record.parameters) == {"lr": 0.1, "epochs": 3}
         assert [p.value for p in admin.get_metrics(record.owner, "loss")] == [0.5, 0.25]
         assert record.status.value == "Completed"
+
+
+def test_only_idempotent_requests_are_retried_on_a_busy_server(other_server):
+    url, handler = other_server
+    handler.body = json.dumps({"service": "shoal", "api_version": 1}).encode()
+    handler.content_type = "application/json"
+    handler.script = {("GET", "/api/v1/experiments"): [503, 502, 200],
+                      ("POST", "/api/v1/metrics"): [503]}
+    with HttpRunStore.open(url, "t") as store:
+        assert store.list_experiments() == []  # a GET: retried until it succeeded
+        with pytest.raises(ApiError, match="answered 503"):
+            store.add_metrics("job:j", [MetricPoint("m", 1.0, 1.0)])
+    assert handler.seen.count(("GET", "/api/v1/experiments")) == 3
+    assert handler.seen.count(("POST", "/api/v1/metrics")) == 1  # a POST: sent once
