@@ -5,6 +5,7 @@ through it in tests/contract/test_run_store.py; these are the refusals and the w
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shoal.client import HttpRunStore
+from shoal.client import HttpRunStore, ServerConnection
 from shoal.core import MetricPoint
 from shoal.errors import ApiError, AuthenticationError, ConfigError, PermissionDeniedError
 
@@ -120,6 +121,12 @@ class _Fake(BaseHTTPRequestHandler):
         pass
 
 
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: nothing listens there
+
+
 @pytest.fixture
 def other_server() -> Iterator[tuple[str, type[_Fake]]]:
     """A real HTTP server on 127.0.0.1 that is not a shoal server (its answer settable)."""
@@ -136,6 +143,10 @@ def other_server() -> Iterator[tuple[str, type[_Fake]]]:
 
 def test_a_url_that_is_not_a_shoal_server_and_another_api_version_are_named(other_server):
     url, handler = other_server
+    nothing = f"http://127.0.0.1:{_closed_port()}"
+    with HttpRunStore(ServerConnection(nothing, "t", backoff=0.01)) as store:
+        with pytest.raises(ApiError, match=f"cannot reach the shoal server at {nothing}"):
+            store.list_experiments()
     with HttpRunStore.open(url, "t") as store:
         with pytest.raises(ApiError, match=f"{url} is not a shoal server"):
             store.list_experiments()

@@ -47,12 +47,7 @@ class ServerConnection:
     def check_server(self) -> dict[str, Any]:
         """``GET /api/v1/version``: a clear error when the URL is not a shoal server or one of
         another API version."""
-        try:
-            response = self._send("GET", f"{API_PREFIX}/version", None, None)
-        except ApiError as e:
-            raise ApiError(f"{self.url} is not a shoal server of API v{API_VERSION} "
-                           f"(GET {API_PREFIX}/version: {e}); check SHOAL_SERVER_URL",
-                           url=self.url) from e
+        response = self._send("GET", f"{API_PREFIX}/version", None, None)
         try:
             body = response.json()
         except ValueError:
@@ -92,7 +87,8 @@ class ServerConnection:
             except httpx.TransportError as e:
                 if last:
                     raise ApiError(f"cannot reach the shoal server at {self.url} ({method} "
-                                   f"{path}: {type(e).__name__}: {e})", url=self.url) from e
+                                   f"{path}: {type(e).__name__}: {e}); is it running, and is "
+                                   "SHOAL_SERVER_URL right?", url=self.url) from e
             else:
                 if response.status_code not in _RETRY_STATUS or last:
                     return response
