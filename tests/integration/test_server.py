@@ -5,6 +5,7 @@ through it in tests/contract/test_run_store.py; these are the refusals and the w
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -184,6 +185,10 @@ def test_a_session_with_a_server_url_logs_runs_through_it_and_refuses_jobs(
     cli = subprocess.run([sys.executable, "-m", "shoal.cli", "experiments", "runs", "team-exp"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert cli.returncode == 0 and "run-1" in cli.stdout, cli.stderr  # the CLI reads it too
+    shown = subprocess.run([sys.executable, "-m", "shoal.cli", "config", "show", "--json"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0 and os.environ["SHOAL_TOKEN"] not in shown.stdout
+    assert '"**********"' in shown.stdout  # the token setting is there, masked
     with HttpRunStore.open(shoal_server.url, shoal_server.admin_token) as admin:
         record = admin.get_run("team-exp", "run-1")
         assert dict(record.parameters) == {"lr": 0.1, "epochs": 3}
