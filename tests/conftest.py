@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,82 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+# --- the team server (shoal server) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShoalServer:
+    url: str
+    admin_token: str
+    home: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``shoal ARGS`` on the server's host (its home), captured."""
+        return subprocess.run([sys.executable, "-m", "shoal.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+
+def _server_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env.update(SHOAL_HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg-config"),
+               OMP_NUM_THREADS="1")
+    return env
+
+
+def start_shoal_server(home: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A real ``shoal server`` on a free loopback port (returns process, URL and log path),
+    once it answers ``GET /api/v1/version``."""
+    import urllib.request
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = home / f"server-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "server", "--port",
+                                 str(port), *args], env=_server_env(home), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"shoal server exited with {proc.returncode}: "
+                               f"{log_path.read_text(errors='replace')[-2000:]}")
+        with urllib.request.urlopen(f"{url}/api/v1/version", timeout=2) as r:
+            return r.status == 200
+
+    try:
+        wait_until(up, 60, what=f"shoal server at {url}")
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc, url, log_path
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def shoal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShoalServer]:
+    """One real ``shoal server`` (SQLite in a temporary home, tokens on) for this session or
+    xdist worker; its first admin's token made by ``shoal server init``."""
+    home = tmp_path_factory.mktemp("server-home")
+    env = _server_env(home)
+    init = subprocess.run([sys.executable, "-m", "shoal.cli", "server", "init"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert init.returncode == 0, init.stderr
+    token = init.stdout.strip()
+    proc, url, _ = start_shoal_server(home)
+    try:
+        yield ShoalServer(url, token, home, env)
+    finally:
+        stop_process(proc)
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ class ExperimentAnalytics:
         from shoal.session import Session, current
 
         session = self._session if isinstance(self._session, Session) else current()
-        return session.metadata
+        return session.runs
 
     def _fetch(self) -> pd.DataFrame:
         from shoal._internal.extras import require

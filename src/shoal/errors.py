@@ -40,7 +40,9 @@
     │   ├── OverloadedError
     │   ├── EndpointFailedError      an endpoint could not start (or stay) in service
     │   └── InvocationError          a model server answered a request with 4xx/5xx
-    └── ApiError
+    ├── ApiError                     a team server's answer could not be used
+    ├── AuthenticationError          401: no valid token
+    └── PermissionDeniedError        403: the token's scope does not allow the action
 
 Each class has one ``code`` (its wire name) and an ``http_status``; ``details`` carries
 structured context (job names, paths, keys). Every error pickles, so it can cross a process.
@@ -55,6 +57,7 @@ __all__ = [
     "ApiError",
     "ArtifactNotFound",
     "ArtifactStoreError",
+    "AuthenticationError",
     "BackendError",
     "BackendUnavailableError",
     "ConfigError",
@@ -81,6 +84,7 @@ __all__ = [
     "OverloadedError",
     "PayloadIntegrityError",
     "PayloadVersionError",
+    "PermissionDeniedError",
     "PicklingError",
     "ResourceUnavailableError",
     "RunNotFound",
@@ -288,6 +292,21 @@ class InvocationError(ServingError):
 class ApiError(ShoalError):
     code = "API_ERROR"
     http_status = 502
+
+
+class AuthenticationError(ShoalError):
+    """A team server's request without a valid token (missing, unknown, revoked, expired)."""
+
+    code = "UNAUTHENTICATED"
+    http_status = 401
+
+
+class PermissionDeniedError(ShoalError):
+    """A valid token whose scope does not allow the action (``details``: ``action``,
+    ``scope``, ``needs``)."""
+
+    code = "PERMISSION_DENIED"
+    http_status = 403
 
 
 def _all_subclasses(cls: type[ShoalError]) -> list[type[ShoalError]]:

@@ -23,9 +23,16 @@ from typing import TYPE_CHECKING, Any
 from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
+    from shoal.client import HttpRunStore
     from shoal.config import DefaultsConfig
     from shoal.core.endpoints import EndpointBackend
-    from shoal.core.ports import ArtifactStore, Backend, MetadataStore, WarmWorkerEndpoint
+    from shoal.core.ports import (
+        ArtifactStore,
+        Backend,
+        MetadataStore,
+        RunStore,
+        WarmWorkerEndpoint,
+    )
     from shoal.envs import UvEnvBuilder
     from shoal.jobs.service import JobService
     from shoal.jobs.worker import WorkerContext
@@ -83,6 +90,7 @@ class Session:
         self._lock = threading.RLock()
         self._defaults: DefaultsConfig | None = None
         self._metadata: MetadataStore | None = None
+        self._runs: HttpRunStore | None = None
         self._artifacts: ArtifactStore | None = None
         self._backend: Backend | None = None
         self._jobs: JobService | None = None
@@ -143,6 +151,7 @@ class Session:
 
     @property
     def metadata(self) -> MetadataStore:
+        self._refuse_through_server("jobs, endpoints and the local metadata store")
         with self._lock:
             if self._metadata is None:
                 from shoal.storage.sql import SqlMetadataStore
@@ -158,7 +167,31 @@ class Session:
             return self._metadata
 
     @property
+    def runs(self) -> RunStore:
+        """Experiments, runs and metrics: through the team server when ``SHOAL_SERVER_URL``
+        is set (``SHOAL_TOKEN`` its token), else the metadata store."""
+        if self.settings.server_url is None:
+            return self.metadata
+        with self._lock:
+            if self._runs is None:
+                from shoal.client import HttpRunStore
+
+                token = self.settings.token
+                self._runs = HttpRunStore.open(
+                    self.settings.server_url, None if token is None else token.get_secret_value())
+            return self._runs
+
+    def _refuse_through_server(self, what: str) -> None:
+        if self.settings.server_url is not None:
+            raise ConfigError(
+                f"SHOAL_SERVER_URL is set ({self.settings.server_url}): through a team server "
+                f"only experiments, runs and metrics work so far; {what} through a server are "
+                "not available yet (issue #20). Unset SHOAL_SERVER_URL to use this machine's "
+                "own stores", setting="SHOAL_SERVER_URL", value=self.settings.server_url)
+
+    @property
     def artifacts(self) -> ArtifactStore:
+        self._refuse_through_server("artifacts")
         with self._lock:
             if self._artifacts is None:
                 from shoal.storage.artifacts import FsspecArtifactStore
@@ -367,6 +400,9 @@ class Session:
             if self._metadata is not None:
                 self._metadata.close()
                 self._metadata = None
+            if self._runs is not None:
+                self._runs.close()
+                self._runs = None
             if self._backend is not None:
                 self._backend.close()
             self._jobs = None

@@ -1,18 +1,21 @@
-"""The experiment half of the metadata store contract (experiments, runs, metrics), on SQLite
-and on PostgreSQL."""
+"""The experiment half of the metadata store contract (experiments, runs, metrics), on SQLite,
+on PostgreSQL, and through a real ``shoal server`` process (``HttpRunStore`` over HTTP)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from helpers import FakeClock
+from helpers import FakeClock, wait_until
+from shoal.client import HttpRunStore
 from shoal.core import (
     MetadataStore,
     MetricPoint,
@@ -21,6 +24,7 @@ from shoal.core import (
     job_owner,
     run_owner,
 )
+from shoal.core.ports import RunStore
 from shoal.errors import (
     AlreadyExistsError,
     ExperimentNotFound,
@@ -33,27 +37,71 @@ from shoal.storage.sql import SCHEMA_REVISION, SqlMetadataStore, schema, upgrade
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
+class RealClock:
+    """The server's clock cannot be set: ``advance`` waits until time has moved on (so the
+    order of two writes is still defined), and times are checked to lie within the test."""
+
+    def __init__(self) -> None:
+        self.start = datetime.now(UTC)
+
+    def advance(self, seconds: float = 1.0) -> None:
+        before = time.time()
+        wait_until(lambda: time.time() > before + 0.002, 5, interval=0.001,
+                   what="the clock to move")
 
 
 @dataclass
 class Ctx:
-    store: SqlMetadataStore
-    clock: FakeClock
-    prefix: str  # unique per test: a worker's tests share its PostgreSQL database
+    store: RunStore
+    clock: FakeClock | RealClock
+    prefix: str  # unique per test: a worker's tests share its PostgreSQL database / server
 
     def exp(self, suffix: str = "e") -> str:
         name = f"{self.prefix}-{suffix}"
         self.store.ensure_experiment(name)
         return name
 
+    def at(self, seconds: float = 0.0) -> Any:
+        """What a time *seconds* after the test's start compares equal to: exactly T0 + that
+        on the fake clock; any moment of the test through the server."""
+        if isinstance(self.clock, FakeClock):
+            return T0 + timedelta(seconds=seconds)
+        return _During(self.clock.start)
 
 
-@pytest.fixture
-def ctx(db_url: str) -> Iterator[Ctx]:
+class _During:
+    def __init__(self, start: datetime) -> None:
+        self._start = start
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, datetime) and other.tzinfo is not None
+                and self._start <= other <= datetime.now(UTC))
+
+    def __repr__(self) -> str:
+        return f"<a time after {self._start:%H:%M:%S.%f}>"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        "server"])
+def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ctx]:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    if request.param == "server":
+        server = request.getfixturevalue("shoal_server")
+        http = HttpRunStore.open(server.url, server.admin_token)
+        try:
+            yield Ctx(http, RealClock(), prefix)
+        finally:
+            for e in http.list_experiments():
+                if e.name.startswith(prefix):
+                    http.delete_experiment(e.name)
+            http.close()
+        return
+    url = (f"sqlite:///{tmp_path / 'meta' / 'shoal.db'}" if request.param == "sqlite"
+           else str(request.getfixturevalue("postgres_url")))
     clock = FakeClock(T0)
-    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
+    store = SqlMetadataStore.open(url, clock=clock, create=True)
     try:
-        yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")
+        yield Ctx(store, clock, prefix)
     finally:
         try:
             store.delete_all()
@@ -62,7 +110,8 @@ def ctx(db_url: str) -> Iterator[Ctx]:
 
 
 def test_is_still_a_metadata_store(ctx: Ctx) -> None:
-    assert isinstance(ctx.store, MetadataStore)
+    assert isinstance(ctx.store, RunStore)
+    assert isinstance(ctx.store, MetadataStore) is isinstance(ctx.store, SqlMetadataStore)
 
 
 # --- experiments --------------------------------------------------------------------------
@@ -74,7 +123,7 @@ def test_ensure_experiment_is_idempotent_and_keeps_the_first_display_name(ctx: C
     again = ctx.store.ensure_experiment(name, display_name="Second")
     assert first == again
     assert (again.name, again.display_name, dict(again.tags)) == (name, "First", {"team": "ml"})
-    assert again.created_at == T0 and again.run_count == 0
+    assert again.created_at == ctx.at() and again.run_count == 0
     assert ctx.store.get_experiment(name) == first
 
 
@@ -109,7 +158,7 @@ def test_create_and_get_run(ctx: Ctx) -> None:
     assert got == created
     assert got.owner == run_owner(exp, "run-1") == f"run:{exp}/run-1"
     assert (got.display_name, dict(got.tags), got.created_at, got.ended_at) == (
-        "Run one", {"k": "v"}, T0, None)
+        "Run one", {"k": "v"}, ctx.at(), None)
 
 
 def test_duplicate_run_names_both_names(ctx: Ctx) -> None:
@@ -179,7 +228,8 @@ def test_end_and_resume(ctx: Ctx) -> None:
     ctx.clock.advance(5)
     ctx.store.end_run(exp, "r", status=RunStatus.FAILED)
     run = ctx.store.get_run(exp, "r")
-    assert run.status is RunStatus.FAILED and run.ended_at == T0 + timedelta(seconds=5)
+    assert run.status is RunStatus.FAILED and run.ended_at == ctx.at(5)
+    assert run.ended_at is not None and run.ended_at > run.created_at
     ctx.store.resume_run(exp, "r")
     run = ctx.store.get_run(exp, "r")
     assert run.status is RunStatus.IN_PROGRESS and run.ended_at is None

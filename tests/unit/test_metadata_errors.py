@@ -78,6 +78,8 @@ def test_a_database_from_a_newer_shoal_says_so_and_db_upgrade_does_not_crash(
     # An older database is still told to upgrade, and the upgrade works.
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0002'")
+        conn.execute("DROP TABLE api_tokens")  # undo 0006
+        conn.execute("DROP TABLE users")
         conn.execute("DROP TABLE job_payloads")  # undo 0005
         conn.execute("DROP TABLE endpoint_instances")
         conn.execute("DROP TABLE endpoints")

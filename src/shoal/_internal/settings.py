@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shoal._internal.archives import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_EXTRACT_FILES
@@ -74,6 +74,9 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     #: The user's secret, from which every job's keys derive (kept outside the stores;
     #: default ``$XDG_CONFIG_HOME/shoal/user-secret``).
     user_secret_file: Path | None = None
+    # A team server (preview): runs and metrics go through it; its API token (never shown).
+    server_url: str | None = None
+    token: SecretStr | None = None
     _explicit: frozenset[str] = PrivateAttr(default=frozenset())
 
     def resolved_metadata_url(self) -> str:

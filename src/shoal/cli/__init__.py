@@ -33,6 +33,7 @@ from shoal.cli import (
     _jobs_admin,
     _llm,
     _ray,
+    _server,
     _workers,
 )
 from shoal.cli._context import EXIT_CODES_HELP, ExitCode, err, exit_code_for, state
@@ -60,6 +61,8 @@ app.add_typer(_llm.app, name="llm")
 app.add_typer(_ray.app, name="ray")
 app.add_typer(_alias.app, name="alias")
 app.add_typer(_workers.app, name="workers")
+app.add_typer(_server.server_app, name="server")
+app.add_typer(_server.tokens_app, name="tokens")
 _endpoints.register_serve(app)
 _jobs.app.command("submit", context_settings=_jobs_admin.SUBMIT_CONTEXT)(_jobs_admin.submit)
 _jobs.app.command("delete")(_jobs_admin.delete)

@@ -54,7 +54,7 @@ def list_experiments(
     as_json: Annotated[bool, typer.Option("--json", help=_JSON)] = False,
 ) -> None:
     """List experiments, newest first, with their number of runs."""
-    store = state.session().metadata
+    store = state.session().runs
     records = store.list_experiments()
     if as_json:
         print_json([{"name": e.name, "display_name": e.display_name, "tags": dict(e.tags),
@@ -81,7 +81,7 @@ def list_runs(
     as_json: Annotated[bool, typer.Option("--json", help=_JSON)] = False,
 ) -> None:
     """The runs of an experiment: status, parameters and the last value of each metric."""
-    store = state.session().metadata
+    store = state.session().runs
     runs = store.list_runs(experiment)
     if not runs and not as_json:
         store.get_experiment(experiment)  # ExperimentNotFound names it
@@ -145,7 +145,7 @@ def show_run(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Everything recorded about a run: parameters, tags, artifacts, jobs, metrics and a plot."""
-    store = state.session().metadata
+    store = state.session().runs
     record = store.get_run(experiment, run) if experiment else _find_run(store, run)
     summaries = store.metric_summaries(record.owner)
     if as_json:

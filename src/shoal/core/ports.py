@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from shoal.core.auth import ApiToken, Scope, User
 from shoal.core.endpoints import (
     EndpointConfig,
     EndpointInstance,
@@ -25,7 +26,8 @@ from shoal.core.experiments import (
 )
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 
-__all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "Backend",
+__all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
+           "Backend",
            "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobQuery", "JobStore",
            "JobWaiter", "LaunchInfo", "MetadataStore", "MetricStore", "RunStore",
            "WarmPoolHost", "WarmWorkerEndpoint"]
@@ -190,7 +192,30 @@ class EndpointStore(Protocol):
 
 
 @runtime_checkable
-class MetadataStore(JobStore, RunStore, EndpointStore, Protocol):
+class AuthStore(Protocol):
+    """Users and API tokens of a team server (core.auth). Tokens are stored as hashes."""
+
+    def create_user(self, name: str, *, is_admin: bool = False) -> User:
+        """A new user; AlreadyExistsError naming it when the name is taken."""
+        ...
+    def find_user(self, name: str) -> User | None: ...
+    def list_users(self) -> list[User]: ...
+    def create_token(self, user: str, name: str, *, scope: Scope, token_hash: str,
+                     expires_at: datetime | None = None) -> ApiToken:
+        """Record a token of *user* (which must exist) by its hash; names are unique per
+        user."""
+        ...
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """The token whose hash is *token_hash*, revoked and expired ones included."""
+        ...
+    def list_tokens(self, user: str | None = None) -> list[ApiToken]: ...
+    def revoke_token(self, token_id: str) -> ApiToken:
+        """Mark a token revoked (idempotent); NotFoundError naming it when there is none."""
+        ...
+
+
+@runtime_checkable
+class MetadataStore(JobStore, RunStore, EndpointStore, AuthStore, Protocol):
     """All the metadata of one installation, in one store (``SqlMetadataStore``). Code that
     uses one domain depends on that domain's port instead."""
 

@@ -169,7 +169,7 @@ class Run:
 
     def _metadata(self) -> RunStore:
         if self._store is None:
-            self._store = self._session().metadata
+            self._store = self._session().runs
         return self._store
 
     # --- parameters -------------------------------------------------------------------

@@ -124,4 +124,4 @@ TrialComponent = _TrialComponent
 def _store(session: Any) -> RunStore:
     from shoal.session import Session, current
 
-    return (session if isinstance(session, Session) else current()).metadata
+    return (session if isinstance(session, Session) else current()).runs

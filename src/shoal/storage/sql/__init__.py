@@ -41,6 +41,7 @@ from shoal.errors import (
     SchemaOutOfDateError,
 )
 from shoal.storage.sql import _diagnose
+from shoal.storage.sql._auth import AuthTables
 from shoal.storage.sql._dbapi import Dbapi
 from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
@@ -141,7 +142,7 @@ def upgrade_schema(url: str) -> str:
     return SCHEMA_REVISION
 
 
-class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
+class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, AuthTables):
     """Jobs and their history, experiments, runs and metrics, endpoints in a SQL database.
 
     Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
@@ -419,7 +420,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables):
         with self._db.tx(write=True) as cur:
             for table in ("endpoint_instances", "endpoints", "metrics", "run_jobs",
                           "run_artifacts", "run_tags", "run_parameters", "runs", "experiments",
-                          "job_events", "job_payloads", "jobs"):
+                          "job_events", "job_payloads", "jobs", "api_tokens", "users"):
                 cur.execute(f"DELETE FROM {table}")
 
 

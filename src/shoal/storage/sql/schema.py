@@ -6,16 +6,17 @@ from enum import StrEnum
 
 import sqlalchemy as sa
 
+from shoal.core.auth import Scope
 from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.core.experiments import RunStatus
 from shoal.core.jobs import JobStatus
 
-__all__ = ["SCHEMA_REVISION", "endpoint_instances", "endpoints", "experiments", "job_events",
+__all__ = ["SCHEMA_REVISION", "api_tokens", "endpoint_instances", "endpoints", "experiments", "job_events",
            "job_payloads", "jobs", "metadata", "metrics", "run_artifacts", "run_jobs", "run_parameters",
-           "run_tags", "runs"]
+           "run_tags", "runs", "users"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 metadata = sa.MetaData()
 
@@ -179,4 +180,29 @@ endpoint_instances = sa.Table(
     sa.Column("restarts", sa.Integer, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     _in("status", InstanceStatus, name="ck_endpoint_instances_status_valid"),
+)
+
+# --- users and API tokens of a team server (revision 0006) ---------------------------------
+
+users = sa.Table(
+    "users", metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("is_admin", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+api_tokens = sa.Table(
+    "api_tokens", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("user_name", sa.String(64), sa.ForeignKey("users.name", ondelete="CASCADE"),
+              nullable=False),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("scope", sa.String(8), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),  # SHA-256 hex; never the token
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float),
+    sa.Column("revoked_at", sa.Float),
+    sa.UniqueConstraint("token_hash", name="uq_api_tokens_hash"),
+    sa.UniqueConstraint("user_name", "name", name="uq_api_tokens_user_name"),
+    _in("scope", Scope, name="ck_api_tokens_scope_valid"),
 )

@@ -1,0 +1,13 @@
+"""HTTP clients of a team server's API (``shoal server``), one per store port.
+
+They implement the ports of ``shoal.core.ports`` over ``/api/v1``, so the code above them
+(``Run``, ``load_run``, analytics) works unchanged; ``Session`` picks them when
+``SHOAL_SERVER_URL`` is set. This package sits beside ``shoal.storage`` (layer 3): it needs
+only core, errors and httpx, and ``Session`` (layer 6) wires it. The server itself
+(``shoal.server``) sits above the session.
+"""
+
+from shoal.client.http import API_VERSION, ServerConnection
+from shoal.client.runs import HttpRunStore
+
+__all__ = ["API_VERSION", "HttpRunStore", "ServerConnection"]
