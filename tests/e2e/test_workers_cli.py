@@ -98,7 +98,7 @@ def test_list_titles_and_stop_a_launcher_and_a_warm_worker(session) -> None:
     everything = run_cli("workers", "stop", "--all", "--grace", "20")
     assert everything.returncode == 0, everything.stderr
     assert "launcher" in everything.stdout and not _alive(launcher["pid"])
-    assert not Path(session.backend._socket_path()).exists()  # its socket
+    assert not Path(session.backend.launcher_socket_path()).exists()  # its socket
     nothing = run_cli("workers", "list")
     assert nothing.returncode == 0 and "nothing runs in the background" in nothing.stderr
 

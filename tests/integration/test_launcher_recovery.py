@@ -58,7 +58,7 @@ def test_the_launcher_killed_mid_job_the_job_finishes_and_the_next_call_starts_o
         return x + 1
 
     backend = session.backend
-    sock = backend._socket_path()
+    sock = backend.launcher_socket_path()
     with RemoteExecutor() as e:
         future = e.submit(wait_for_gate)
         wait_until(lambda: future.job_name and
@@ -89,7 +89,7 @@ def test_concurrent_first_calls_start_exactly_one_launcher(tmp_path):
             return 2 * x
 
         assert remote(double, sagemaker_session=first)(1) == 2
-        sock = first.backend._socket_path()
+        sock = first.backend.launcher_socket_path()
         [old] = launchers(sock)
         os.kill(old, signal.SIGKILL)
         wait_until(lambda: gone(old), 30, what="the launcher gone")

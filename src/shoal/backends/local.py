@@ -99,7 +99,9 @@ class LocalBackend:
             self._fingerprint = _code_fingerprint()
         return hashlib.sha256(f"{key}|{self._fingerprint}".encode()).hexdigest()
 
-    def _socket_path(self) -> str:
+    def launcher_socket_path(self) -> str:
+        """The Unix socket of this home's launcher for this code version (under the run
+        directory, or a private directory when that path is too long for AF_UNIX)."""
         if self._fingerprint is None:
             self._fingerprint = _code_fingerprint()
         path = str(self._run_dir / f"launcher-{self._fingerprint}.sock")
@@ -109,7 +111,7 @@ class LocalBackend:
         return path
 
     def _request(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        path = self._socket_path()
+        path = self.launcher_socket_path()
         for attempt in range(3):
             try:
                 return _send(path, request)
@@ -159,7 +161,7 @@ class LocalBackend:
 
     def shutdown_launcher(self) -> None:
         """Stop this home's launcher and zygotes now (tests; otherwise they idle out)."""
-        path = self._socket_path()
+        path = self.launcher_socket_path()
         with contextlib.suppress(OSError, ValueError):
             pid = int(_send(path, {"op": "ping"})["pid"])
             os.kill(pid, signal.SIGTERM)

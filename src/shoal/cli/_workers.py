@@ -3,12 +3,15 @@ in the background for this home (``--home``), and stopping them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shoal.cli._context import emit, err, out, state
 from shoal.cli._render import format_duration, listing, print_json
+
+if TYPE_CHECKING:
+    from shoal.backends.workers import Worker
 
 __all__ = ["app"]
 
@@ -16,15 +19,16 @@ app = typer.Typer(help="Background processes: launchers, warm workers, endpoint 
                   no_args_is_help=True, rich_markup_mode=None)
 
 
-def _workers() -> list[Any]:
+def _workers() -> list[Worker]:
+    from shoal.backends.local import LocalBackend
     from shoal.backends.workers import find_workers
 
     session = state.session()
     run_dir = session.home / "run"
     sockets: list[str] = []
     backend = session.backend
-    if hasattr(backend, "_socket_path"):  # the local backend: its socket may live elsewhere
-        sockets.append(backend._socket_path())
+    if isinstance(backend, LocalBackend):  # its launcher's socket may live elsewhere
+        sockets.append(backend.launcher_socket_path())
     endpoints = [(r.name, str(r.status), dict(r.supervisor))
                  for r in session.metadata.list_endpoints()]
     return find_workers(run_dir, str(session.home), launcher_sockets=sockets,

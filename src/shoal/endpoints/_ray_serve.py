@@ -475,7 +475,7 @@ class EndpointReplica:
     the model, build the model server's app, start it and wait for the model; then Serve
     sends it the HTTP requests under the endpoint's route prefix."""
 
-    async def __init__(self, spec: Mapping[str, Any]) -> None:  # type: ignore[misc]
+    async def __init__(self, spec: Mapping[str, Any]) -> None:  # type: ignore[misc]  # Serve awaits an async __init__
         from shoal.endpoints._replica_env import wanted_requirements
 
         self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))

@@ -54,6 +54,25 @@ class _Rank:
             self.partial = b""
 
 
+def _read_ready(sel: selectors.BaseSelector, timeout: float, out: BinaryIO) -> int:
+    """Copy what the ranks' pipes hold to *out* (waiting up to *timeout* for any); a pipe at
+    its end has its partial line written and leaves *sel*. Returns how many ended."""
+    ended = 0
+    for key, _ in sel.select(timeout):
+        rank: _Rank = key.data
+        try:
+            data = os.read(rank.fd, 65536)
+        except BlockingIOError:
+            continue
+        if data:
+            rank.emit(data, out)
+        else:
+            rank.flush_partial(out)
+            sel.unregister(rank.fd)
+            ended += 1
+    return ended
+
+
 _LAUNCHER_PID = os.getpid()
 
 
@@ -99,18 +118,7 @@ def run(plan: dict[str, Any]) -> int:
             terminated_at = _signal_all(ranks, signal.SIGTERM)
         if terminated_at is not None and time.monotonic() > terminated_at + grace:
             _signal_all(ranks, signal.SIGKILL)
-        for key, _ in sel.select(0.2 if open_fds else 0.05):
-            rank: _Rank = key.data
-            try:
-                data = os.read(rank.fd, 65536)
-            except BlockingIOError:
-                continue
-            if data:
-                rank.emit(data, out)
-            else:
-                rank.flush_partial(out)
-                sel.unregister(rank.fd)
-                open_fds -= 1
+        open_fds -= _read_ready(sel, 0.2 if open_fds else 0.05, out)
         out.flush()
         for rank in ranks:
             if rank.rc is None and (rc := rank.proc.poll()) is not None:
@@ -125,14 +133,7 @@ def run(plan: dict[str, Any]) -> int:
             break
         if all(r.rc is not None for r in ranks):
             # A rank's child may still hold its pipe: read what is there, then stop waiting.
-            for key, _ in sel.select(0.05):
-                rank = key.data
-                try:
-                    data = os.read(rank.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if data:
-                    rank.emit(data, out)
+            _read_ready(sel, 0.05, out)
             for r in ranks:
                 r.flush_partial(out)
             break

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shoal.core.clock import RandomIdFactory
 from shoal.core.jobs import (
@@ -23,6 +23,9 @@ from shoal.core.jobs import (
 )
 from shoal.core.resources import InstanceType, resolve_instance_type
 from shoal.errors import InvalidArgumentError, ResourceUnavailableError
+
+if TYPE_CHECKING:
+    from shoal._internal.settings import Settings
 
 __all__ = ["JobOptions", "check_gpus", "is_ray", "job_spec", "keep_alive_seconds",
            "new_job_name", "positive"]
@@ -100,13 +103,13 @@ class JobOptions:
         return Distribution(self.instance_count, per_host, torchrun)
 
 
-def keep_alive_seconds(asked: float, settings: Any, kind: JobKind = JobKind.FUNCTION) -> float:
+def keep_alive_seconds(asked: float, settings: Settings, kind: JobKind = JobKind.FUNCTION) -> float:
     """The keep-alive a job gets: what it asked for; else, for a function job on Ray, the
     session's ``ray_keep_alive_seconds`` (warm supervisor actors serve such jobs by default);
     else none (SageMaker's default)."""
     if asked or kind is not JobKind.FUNCTION or not is_ray(settings):
         return float(asked)
-    return float(getattr(settings, "ray_keep_alive_seconds", 0) or 0)
+    return float(settings.ray_keep_alive_seconds)
 
 
 def new_job_name(base: str) -> str:
@@ -114,7 +117,7 @@ def new_job_name(base: str) -> str:
     return str(RandomIdFactory().job_name(base, datetime.now(UTC)))
 
 
-def job_spec(options: JobOptions, settings: Any, *, name: str, kind: JobKind,
+def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKind,
              function_name: str, distribution: Distribution | None = None,
              dependencies: str | None = None, pre_execution_commands: Sequence[str] = (),
              pre_execution_script: str | None = None,
@@ -164,8 +167,8 @@ def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
     return f"ran on CPU: {note}"
 
 
-def is_ray(settings: Any) -> bool:
-    backend = str(getattr(settings, "backend", "local"))
+def is_ray(settings: Settings) -> bool:
+    backend = settings.backend
     return backend == "ray" or backend.startswith("ray://")
 
 

@@ -8,13 +8,16 @@ on a retry), instance types and experiment runs all work as for any training job
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import require
 from shoal.core.jobs import JobSpec, RunRef
 from shoal.errors import InvalidArgumentError
 from shoal.llm._options import FineTuneOptions
 from shoal.training import Estimator
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["METRIC_DEFINITIONS", "FineTuner"]
 
@@ -65,7 +68,7 @@ class FineTuner(Estimator):
         kwargs.setdefault("metric_definitions", [dict(d) for d in METRIC_DEFINITIONS])
         super().__init__(entry_point=str(_ENTRY), hyperparameters=hyperparameters, **kwargs)
 
-    def _spec(self, name: str, channels: dict[str, Any], session: Any,
+    def _spec(self, name: str, channels: dict[str, Any], session: Session,
               run: RunRef | None, requirements: str | None) -> JobSpec:
         if "training" not in channels:
             raise InvalidArgumentError(

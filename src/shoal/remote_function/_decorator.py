@@ -17,7 +17,7 @@ from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls
 
 if TYPE_CHECKING:
-    pass
+    from shoal.session import Session
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -26,7 +26,7 @@ __all__ = ["remote"]
 
 
 
-def _session(options: RemoteOptions) -> Any:
+def _session(options: RemoteOptions) -> Session:
     from shoal.session import current
 
     return options.sagemaker_session or current()
@@ -105,7 +105,7 @@ def remote(
         keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
         max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
         s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
-        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        sagemaker_session: Session | None = None, security_group_ids: list[str] | None = UNSET,
         subnets: list[str] | None = UNSET, tags: Any = UNSET,
         volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
         encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
@@ -128,7 +128,7 @@ def remote(
         keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
         max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
         s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
-        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        sagemaker_session: Session | None = None, security_group_ids: list[str] | None = UNSET,
         subnets: list[str] | None = UNSET, tags: Any = UNSET,
         volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
         encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
@@ -150,7 +150,7 @@ def remote(
         keep_alive_period_in_seconds: float = 0, max_retry_attempts: int = 1,
         max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
         s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
-        sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+        sagemaker_session: Session | None = None, security_group_ids: list[str] | None = UNSET,
         subnets: list[str] | None = UNSET, tags: Any = UNSET,
         volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
         encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
@@ -183,7 +183,7 @@ def remote(
             return result
 
         # RemoteExecutor and the batch runner read the options back from the function.
-        wrapper.__shoal_options__ = options  # type: ignore[attr-defined]
+        wrapper.__shoal_options__ = options  # type: ignore[attr-defined]  # a mark on a plain function
         return wrapper
 
     if _func is not None:

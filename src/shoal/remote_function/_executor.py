@@ -20,7 +20,7 @@ from concurrent.futures._base import (  # the states Future.cancel() itself uses
     RUNNING,
 )
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
@@ -28,6 +28,9 @@ from shoal.errors import InvalidArgumentError, JobNotFound
 from shoal.jobs.options import is_ray, keep_alive_seconds
 from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
 
@@ -115,7 +118,7 @@ class _Item:
     """A submitted call waiting for an executor thread."""
 
     future: RemoteFuture
-    session: Any
+    session: Session
     spec: JobSpec
     files: dict[str, bytes]
     fn: Callable[..., Any]
@@ -149,7 +152,7 @@ class RemoteExecutor(Executor):
             max_parallel_jobs: int = 1, max_retry_attempts: int = 1,
             max_runtime_in_seconds: int = 24 * 3600, role: str | None = UNSET,
             s3_kms_key: str | None = UNSET, s3_root_uri: str | None = UNSET,
-            sagemaker_session: Any = None, security_group_ids: list[str] | None = UNSET,
+            sagemaker_session: Session | None = None, security_group_ids: list[str] | None = UNSET,
             subnets: list[str] | None = UNSET, tags: Any = UNSET,
             volume_kms_key: str | None = UNSET, volume_size: int = UNSET,
             encrypt_inter_container_traffic: bool | None = UNSET, spark_config: Any = UNSET,
@@ -172,7 +175,7 @@ class RemoteExecutor(Executor):
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
 
-    def _session(self) -> Any:
+    def _session(self) -> Session:
         from shoal.session import current
 
         return self._options.sagemaker_session or current()
@@ -232,7 +235,8 @@ class RemoteExecutor(Executor):
                     nxt = self._items[0]
                     if not isinstance(nxt, _Item) or not _same_batch(first, nxt):
                         break
-                    taken.append(self._items.popleft())  # type: ignore[arg-type]
+                    taken.append(nxt)
+                    self._items.popleft()
             return taken
 
     def _work(self) -> None:
@@ -341,7 +345,7 @@ def _raise(error: BaseException) -> Any:
     raise error
 
 
-def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
+def _batchable(spec: JobSpec, files: dict[str, bytes], session: Session) -> bool:
     """Calls that a warm worker can take in a batch: a plain function on the client's own
     interpreter, run once (no environment to build, workdir, pre-execution or retries), on
     a backend with warm workers (local, and Ray's warm actors)."""
@@ -352,8 +356,8 @@ def _batchable(spec: JobSpec, files: dict[str, bytes], session: Any) -> bool:
             and not spec.pre_execution_commands and not spec.pre_execution_script
             and spec.max_retry_attempts <= 1
             and not spec.checkpoint_s3_uri  # its supervisor syncs them
-            and (getattr(settings, "backend", "local") == "local" or is_ray(settings))
-            and getattr(settings, "job_process", "fork") == "fork")
+            and (settings.backend == "local" or is_ray(settings))
+            and settings.job_process == "fork")
 
 
 def _same_batch(a: _Item, b: _Item) -> bool:
@@ -379,7 +383,7 @@ def _future_for(service: Any, name: str) -> RemoteFuture:
     return future
 
 
-def get_future(job_name: str, sagemaker_session: Any = None) -> RemoteFuture:
+def get_future(job_name: str, sagemaker_session: Session | None = None) -> RemoteFuture:
     """A future for an existing job, from any process (SageMaker's ``get_future``)."""
     from shoal.session import current
 
@@ -387,7 +391,7 @@ def get_future(job_name: str, sagemaker_session: Any = None) -> RemoteFuture:
     return _future_for(service, job_name)
 
 
-def list_futures(job_name_prefix: str, sagemaker_session: Any = None) -> Iterator[RemoteFuture]:
+def list_futures(job_name_prefix: str, sagemaker_session: Session | None = None) -> Iterator[RemoteFuture]:
     """Futures of the jobs whose names start with *job_name_prefix*, newest first."""
     from shoal.session import current
 

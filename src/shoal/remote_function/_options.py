@@ -19,6 +19,7 @@ from shoal.jobs.options import JobOptions, job_spec, new_job_name, positive
 from shoal.remote_function._checkpoint import find_checkpoint_location
 
 if TYPE_CHECKING:
+    from shoal.config import DefaultsConfig
     from shoal.remote_function._filter import CustomFileFilter
     from shoal.session import Session
 
@@ -165,7 +166,7 @@ class RemoteOptions:
                 "allow_cpu_fallback": self.allow_cpu_fallback,
                 "stop_grace_period_in_seconds": self.stop_grace_period_in_seconds}
 
-    def job_options(self, defaults: Any) -> JobOptions:
+    def job_options(self, defaults: DefaultsConfig) -> JobOptions:
         """These options with the defaults config applied."""
         return JobOptions(instance_type=self.resolve("instance_type", defaults) or "local",
                           environment_variables=self.resolve("environment_variables",
@@ -174,14 +175,14 @@ class RemoteOptions:
 
     # --- resolution -------------------------------------------------------------------
 
-    def resolve(self, key: str, defaults: Any) -> Any:
+    def resolve(self, key: str, defaults: DefaultsConfig) -> Any:
         value = getattr(self, key)
         if value is not UNSET:
             return value
         config_key = _CONFIG_KEYS.get(key)
         return defaults.get(config_key) if config_key else None
 
-    def build_job(self, func: Callable[..., Any], session: Any, *,
+    def build_job(self, func: Callable[..., Any], session: Session, *,
                   call_args: tuple[Any, ...] = ()) -> tuple[JobSpec, dict[str, bytes]]:
         """The JobSpec plus the files that travel with the job (packed workdir, captured
         requirements)."""
@@ -207,7 +208,7 @@ class RemoteOptions:
                                                              packed.size_bytes))
         return spec, files
 
-    def _file_filter(self, defaults: Any) -> Any:
+    def _file_filter(self, defaults: DefaultsConfig) -> Any:
         value = self.resolve("custom_file_filter", defaults)
         if isinstance(value, Mapping):  # the config file's {IgnoreNamePatterns: [...]}
             from shoal.remote_function._filter import CustomFileFilter
@@ -215,7 +216,7 @@ class RemoteOptions:
             return CustomFileFilter(ignore_name_patterns=value.get("IgnoreNamePatterns", []))
         return value
 
-    def build_spec(self, func: Callable[..., Any], session: Any) -> JobSpec:
+    def build_spec(self, func: Callable[..., Any], session: Session) -> JobSpec:
         """Turn these options, the session's defaults and *func* into a JobSpec."""
         defaults = session.defaults
         for name, issue in _NOT_YET.items():
@@ -249,9 +250,9 @@ class RemoteOptions:
             run=None if run is None else RunRef.from_json(run),
             conda_env=self._conda_env(defaults),
             # a conda file's python= must then be the client's
-            strict_versions=bool(getattr(session.settings, "strict_versions", False)))
+            strict_versions=session.settings.strict_versions)
 
-    def _conda_env(self, defaults: Any) -> str | None:
+    def _conda_env(self, defaults: DefaultsConfig) -> str | None:
         conda_env = self.resolve("job_conda_env", defaults)
         if conda_env in (None, UNSET, ""):
             return None
@@ -266,7 +267,7 @@ class RemoteOptions:
                                        argument="job_conda_env")
         return conda_env.strip()
 
-    def _dependencies(self, defaults: Any) -> str | None:
+    def _dependencies(self, defaults: DefaultsConfig) -> str | None:
         deps = self.resolve("dependencies", defaults)
         if deps in (None, UNSET):
             return None
@@ -281,7 +282,7 @@ class RemoteOptions:
                                        f"{path})", argument="dependencies", path=str(path))
         return str(path)
 
-    def _pre_execution(self, defaults: Any) -> tuple[tuple[str, ...], str | None]:
+    def _pre_execution(self, defaults: DefaultsConfig) -> tuple[tuple[str, ...], str | None]:
         commands = self.resolve("pre_execution_commands", defaults) or []
         script = self.resolve("pre_execution_script", defaults)
         if commands and script:
@@ -299,7 +300,7 @@ class RemoteOptions:
             script = str(path)
         return tuple(commands), script
 
-    def _tags(self, defaults: Any) -> tuple[tuple[str, str], ...]:
+    def _tags(self, defaults: DefaultsConfig) -> tuple[tuple[str, str], ...]:
         given = self.tags if self.tags is not UNSET else None
         tags = _normalise_tags(given)
         keys = {k for k, _ in tags}

@@ -311,7 +311,7 @@ class TorchScriptHandler(Handler):
         if threads is not None:
             torch.set_num_threads(threads)
         try:
-            module = torch.jit.load(str(self.artifact_path()),  # type: ignore[no-untyped-call]
+            module = torch.jit.load(str(self.artifact_path()),  # type: ignore[no-untyped-call]  # torch.jit.load is unannotated
                                     map_location="cpu")
             self._module = module.eval()
         except RuntimeError as e:

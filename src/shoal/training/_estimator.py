@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from shoal.core.inert import given, report_inert
 from shoal.core.jobs import JobKind, JobSpec, JobStatus, RunRef, TrainingSpec
@@ -28,6 +28,9 @@ from shoal.training._checks import check_code, check_hyperparameters, check_metr
 from shoal.training._inputs import check_input_mode, resolve_channels
 from shoal.training._job import TrainingJob
 from shoal.training.models import VPC_CONFIG_DEFAULT, vpc_config
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["Estimator", "TrainingJob"]
 
@@ -77,7 +80,7 @@ class _FromOptions(Generic[T]):
         return value
 
 
-def _session(given: Any) -> Any:
+def _session(given: object) -> Session:
     from shoal.session import Session, current
 
     return given if isinstance(given, Session) else current()
@@ -115,7 +118,7 @@ class Estimator:
             volume_kms_key: str | None = None, max_run: int = 24 * 60 * 60,
             input_mode: str = "File", output_path: str | None = None,
             output_kms_key: str | None = None, base_job_name: str | None = None,
-            sagemaker_session: Any = None, hyperparameters: Mapping[str, Any] | None = None,
+            sagemaker_session: Session | None = None, hyperparameters: Mapping[str, Any] | None = None,
             tags: Any = None, subnets: list[str] | None = None,
             security_group_ids: list[str] | None = None, model_uri: str | None = None,
             model_channel_name: str = "model",
@@ -293,7 +296,7 @@ class Estimator:
                 " inputs; rename one (model_channel_name=...)", channel=self.model_channel_name)
         return {**inputs, self.model_channel_name: self.model_uri}
 
-    def _check_volume(self, session: Any) -> None:
+    def _check_volume(self, session: Session) -> None:
         """SageMaker's ``volume_size`` (GB) is a disk of the job's own; here the job shares the
         session's disk, so a size larger than what is free there is reported once."""
         if self.volume_size == 30:  # SageMaker's default: nobody asked for anything
@@ -367,7 +370,7 @@ class Estimator:
         lines, build = self._framework_requirements(None)
         return tuple(lines) if build else ()
 
-    def _spec(self, name: str, channels: dict[str, Any], session: Any,
+    def _spec(self, name: str, channels: dict[str, Any], session: Session,
               run: RunRef | None, requirements: str | None) -> JobSpec:
         inert = dict(self.inert)  # and the channels' own (TrainingInput(hub_access_config=...))
         for channel in channels.values():
@@ -408,7 +411,7 @@ class Estimator:
         return ""
 
     @classmethod
-    def attach(cls, training_job_name: str, sagemaker_session: Any = None,
+    def attach(cls, training_job_name: str, sagemaker_session: Session | None = None,
                model_channel_name: str = "model") -> Estimator:
         """An estimator for an existing training job; waits for it when it is still running."""
         session = _session(sagemaker_session)

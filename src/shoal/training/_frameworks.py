@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.inert import given
 from shoal.errors import InvalidArgumentError
@@ -22,6 +22,9 @@ from shoal.training._framework_env import (
     requirement_bounds,
 )
 from shoal.training.models import FrameworkModelMaker
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["Framework", "PyTorch", "SKLearn"]
 
@@ -51,7 +54,7 @@ class Framework(Estimator):
             volume_size: int = 30, volume_kms_key: str | None = None,
             max_run: int = 24 * 60 * 60, input_mode: str = "File",
             output_path: str | None = None, output_kms_key: str | None = None,
-            base_job_name: str | None = None, sagemaker_session: Any = None, tags: Any = None,
+            base_job_name: str | None = None, sagemaker_session: Session | None = None, tags: Any = None,
             subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
             model_uri: str | None = None, model_channel_name: str = "model",
             metric_definitions: list[Mapping[str, str]] | None = None,
@@ -137,7 +140,7 @@ class PyTorch(FrameworkModelMaker, Framework):  # type: ignore[misc]
             volume_size: int = 30, volume_kms_key: str | None = None,
             max_run: int = 24 * 60 * 60, input_mode: str = "File",
             output_path: str | None = None, output_kms_key: str | None = None,
-            base_job_name: str | None = None, sagemaker_session: Any = None, tags: Any = None,
+            base_job_name: str | None = None, sagemaker_session: Session | None = None, tags: Any = None,
             subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
             model_uri: str | None = None, model_channel_name: str = "model",
             metric_definitions: list[Mapping[str, str]] | None = None,
@@ -199,7 +202,7 @@ class SKLearn(FrameworkModelMaker, Framework):  # type: ignore[misc]
             volume_size: int = 30, volume_kms_key: str | None = None,
             max_run: int = 24 * 60 * 60, input_mode: str = "File",
             output_path: str | None = None, output_kms_key: str | None = None,
-            base_job_name: str | None = None, sagemaker_session: Any = None, tags: Any = None,
+            base_job_name: str | None = None, sagemaker_session: Session | None = None, tags: Any = None,
             subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
             model_uri: str | None = None, model_channel_name: str = "model",
             metric_definitions: list[Mapping[str, str]] | None = None,

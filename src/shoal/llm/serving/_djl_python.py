@@ -299,9 +299,7 @@ def djl_module() -> ModuleType:
     if "djl_python" in sys.modules:
         return sys.modules["djl_python"]
     if importlib.util.find_spec("djl_python") is not None:
-        import djl_python  # type: ignore[import-not-found]
-
-        return djl_python  # type: ignore[no-any-return]
+        return importlib.import_module("djl_python")
     return sys.modules[__name__]
 
 

@@ -256,7 +256,7 @@ def load_serving_options(path: Path, environ: Mapping[str, str]) -> LlmServingOp
                                 unknown=tuple(sorted(unknown)),
                                 kept=tuple(sorted(kept, key=lambda k: k.key.lower())),
                                 sources=sources, properties={k: v for k, v, _ in raw.values()},
-                                **values)  # type: ignore[arg-type]
+                                **values)  # type: ignore[arg-type]  # _convert gave each the type of its field, by name
     if options.strict:
         _refuse_in_strict_mode(options, source)
     notes = lmi_notes(options, source)

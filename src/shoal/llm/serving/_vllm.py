@@ -232,7 +232,7 @@ def load_vllm(options: LlmServingOptions, model_path: str, observer: EngineObser
     """vLLM's engine for the model at *model_path*: the engine, its tokenizer, the length
     limit and a description. Raises vLLM's own errors (the caller wraps them)."""
     import torch
-    from vllm import EngineArgs, LLMEngine, SamplingParams  # type: ignore[import-not-found]
+    from vllm import EngineArgs, LLMEngine, SamplingParams
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     arguments = engine_arguments(options, model_path, gpus)
