@@ -443,7 +443,7 @@ def _as_url(bucket: str) -> str:
     return bucket if "://" in bucket or bucket.startswith("/") else f"s3://{bucket}"
 
 
-def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
+def get_execution_role(sagemaker_session: Session | None = None, use_default: bool = False) -> str:
     """A placeholder IAM role ARN (SageMaker returns the notebook's role). shoal needs no
     role: every ``role=`` is accepted and has no effect; this says so once."""
     _report_once("get_execution_role", "get_execution_role() returns the placeholder "

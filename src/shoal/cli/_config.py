@@ -12,6 +12,7 @@ from shoal.cli._context import emit, out, state
 from shoal.cli._render import key_values, mask_env
 
 if TYPE_CHECKING:
+    from shoal._internal.settings import Settings
     from shoal.session import Session
 
 __all__ = ["app"]
@@ -33,7 +34,7 @@ def _display(key: str, value: object) -> object:
     return value
 
 
-def _settings_rows(settings: Any) -> list[dict[str, Any]]:
+def _settings_rows(settings: Settings) -> list[dict[str, Any]]:
     rows = []
     resolved = {"metadata_url": settings.resolved_metadata_url(),
                 "artifact_url": settings.resolved_artifact_url(),

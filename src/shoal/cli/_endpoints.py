@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from shoal.core.endpoints import EndpointRecord
+    from shoal.endpoints import EndpointService
 
 __all__ = ["app", "endpoint_json", "register_serve", "serve"]
 
@@ -54,7 +55,7 @@ def endpoint_json(record: EndpointRecord) -> dict[str, Any]:
     }
 
 
-def _service() -> Any:
+def _service() -> EndpointService:
     from shoal.endpoints import EndpointService
 
     return EndpointService.for_session(state.session())

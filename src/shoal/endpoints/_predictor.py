@@ -16,13 +16,16 @@ import itertools
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.endpoints import EndpointInstance
 from shoal.deserializers import JSONDeserializer
 from shoal.endpoints._service import EndpointService, raise_unless_serving
 from shoal.errors import InvocationError, ServingError
 from shoal.serializers import JSONSerializer
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["Predictor"]
 
@@ -33,7 +36,7 @@ _HEADERS = {"CustomAttributes": "X-Amzn-SageMaker-Custom-Attributes",
             "InferenceId": "X-Amzn-SageMaker-Inference-Id"}
 
 
-def _session(given: Any) -> Any:
+def _session(given: object) -> Session:
     from shoal.session import Session, current
 
     return given if isinstance(given, Session) else current()
@@ -49,7 +52,7 @@ class Predictor:
         >>> p.predict([[0.0] * 64])                                        # doctest: +SKIP
     """
 
-    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+    def __init__(self, endpoint_name: str, sagemaker_session: Session | None = None,
                  serializer: Any = None, deserializer: Any = None, component_name: Any = None,
                  *, timeout: float = 60.0, connect_retry_seconds: float = 30.0,
                  **kwargs: Any) -> None:

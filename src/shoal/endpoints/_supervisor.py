@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.backends import BACKENDS
 from shoal.core.endpoints import (
@@ -60,6 +60,9 @@ from shoal.endpoints._staging import (
 )
 from shoal.errors import ArtifactNotFound, EndpointNotFound, InvalidTransitionError, ShoalError
 from shoal.jobs.relaunch import supervisor_words
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["EndpointSupervisor", "SupervisedEndpoints", "main"]
 
@@ -137,8 +140,13 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
     return "\n".join(data.decode(errors="replace").rstrip().splitlines()[-lines:])
 
 
+def _echo(message: str) -> None:
+    """What the environment builder says, into the supervisor's log (its stdout)."""
+    sys.stdout.write(message)
+
+
 class EndpointSupervisor:
-    def __init__(self, session: Any, name: str) -> None:
+    def __init__(self, session: Session, name: str) -> None:
         self._session = session
         self._store: EndpointStore = session.metadata
         self._name = name
@@ -309,7 +317,7 @@ class EndpointSupervisor:
             built = self._session.env_builder.ensure(
                 "\n".join(wanted), base_dir=requirements_base(model_dir),
                 extra=server_requirements(SERVER_DISTRIBUTIONS, wanted),
-                log=lambda msg: sys.stdout.write(msg))
+                log=_echo)
         except ShoalError as e:
             raise _Failed(f"the model's environment could not be built: {e}") from e
         self._say(f"environment {built.key[:12]} ({'cached' if built.cached else 'built'})")

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.deserializers import NumpyDeserializer
 from shoal.endpoints._predictor import Predictor
 from shoal.endpoints.model import Model
 from shoal.errors import InvalidArgumentError
 from shoal.serializers import NumpySerializer
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["FrameworkModel", "PyTorchModel", "PyTorchPredictor", "SKLearnModel",
            "SKLearnPredictor"]
@@ -24,7 +27,7 @@ __all__ = ["FrameworkModel", "PyTorchModel", "PyTorchPredictor", "SKLearnModel",
 class SKLearnPredictor(Predictor):
     """A ``Predictor`` that sends and receives ``.npy`` (SageMaker's defaults for scikit-learn)."""
 
-    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+    def __init__(self, endpoint_name: str, sagemaker_session: Session | None = None,
                  serializer: Any = None, deserializer: Any = None, **kwargs: Any) -> None:
         super().__init__(endpoint_name, sagemaker_session=sagemaker_session,
                          serializer=serializer or NumpySerializer(),
@@ -53,7 +56,7 @@ class FrameworkModel(Model):
             source_dir: str | None = None, predictor_cls: Any = None,
             env: Mapping[str, str] | None = None, name: str | None = None,
             container_log_level: int = logging.INFO, code_location: str | None = None,
-            sagemaker_session: Any = None, dependencies: Any = None,
+            sagemaker_session: Session | None = None, dependencies: Any = None,
             git_config: Mapping[str, str] | None = None, *,
             vpc_config: Mapping[str, Any] | None = None,
             enable_network_isolation: bool | None = None, model_kms_key: str | None = None,
@@ -90,7 +93,7 @@ class SKLearnModel(FrameworkModel):
             predictor_cls: Any = SKLearnPredictor, model_server_workers: int | None = None, *,
             source_dir: str | None = None, env: Mapping[str, str] | None = None,
             name: str | None = None, container_log_level: int = logging.INFO,
-            code_location: str | None = None, sagemaker_session: Any = None,
+            code_location: str | None = None, sagemaker_session: Session | None = None,
             dependencies: Any = None, git_config: Mapping[str, str] | None = None,
             vpc_config: Mapping[str, Any] | None = None,
             enable_network_isolation: bool | None = None, model_kms_key: str | None = None,
@@ -112,7 +115,7 @@ class PyTorchModel(FrameworkModel):
             predictor_cls: Any = PyTorchPredictor, model_server_workers: int | None = None, *,
             source_dir: str | None = None, env: Mapping[str, str] | None = None,
             name: str | None = None, container_log_level: int = logging.INFO,
-            code_location: str | None = None, sagemaker_session: Any = None,
+            code_location: str | None = None, sagemaker_session: Session | None = None,
             dependencies: Any = None, git_config: Mapping[str, str] | None = None,
             vpc_config: Mapping[str, Any] | None = None,
             enable_network_isolation: bool | None = None, model_kms_key: str | None = None,

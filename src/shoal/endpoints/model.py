@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.core.clock import RandomIdFactory
 from shoal.core.endpoints import BatchingOptions, EndpointConfig, check_endpoint_name
@@ -24,6 +24,9 @@ from shoal.endpoints._predictor import Predictor
 from shoal.endpoints._service import EndpointService
 from shoal.endpoints._staging import check_model_data, pack_code
 from shoal.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from shoal.session import Session
 
 __all__ = ["Model"]
 
@@ -47,7 +50,7 @@ _DEPLOY_INERT: dict[str, Any] = {
 }
 
 
-def _session(session: Any) -> Any:
+def _session(session: object) -> Session:
     from shoal.session import Session, current
 
     return session if isinstance(session, Session) else current()
@@ -71,7 +74,7 @@ class Model:
             model_data: str | os.PathLike[str] | None = None, role: str | None = None,
             predictor_cls: Any = None, env: Mapping[str, str] | None = None,
             name: str | None = None, vpc_config: Mapping[str, Any] | None = None,
-            sagemaker_session: Any = None, enable_network_isolation: bool | None = None,
+            sagemaker_session: Session | None = None, enable_network_isolation: bool | None = None,
             model_kms_key: str | None = None, image_config: Mapping[str, Any] | None = None,
             source_dir: str | None = None, code_location: str | None = None,
             entry_point: str | None = None, container_log_level: int = logging.INFO,
@@ -235,7 +238,7 @@ def _missing_model_data(image_uri: str | None) -> str:
     return text
 
 
-def _check_volume(session: Any, volume_size: int | None) -> None:
+def _check_volume(session: Session, volume_size: int | None) -> None:
     """SageMaker's deploy ``volume_size`` (GB of storage per instance): here the instances share
     the session's disk; less free space than asked for is reported once."""
     if volume_size is None:

@@ -121,7 +121,7 @@ class _TrialComponent:
 TrialComponent = _TrialComponent
 
 
-def _store(session: Any) -> RunStore:
+def _store(session: object) -> RunStore:
     from shoal.session import Session, current
 
     return (session if isinstance(session, Session) else current()).runs

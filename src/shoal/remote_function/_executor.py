@@ -30,6 +30,7 @@ from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls
 
 if TYPE_CHECKING:
+    from shoal.jobs.service import JobService
     from shoal.session import Session
 
 __all__ = ["RemoteExecutor", "RemoteFuture", "get_future", "list_futures"]
@@ -41,14 +42,14 @@ class RemoteFuture(Future[Any]):  # Any: what the job's function returns
     def __init__(self) -> None:
         super().__init__()
         self._job_name: str | None = None
-        self._service: Any = None
+        self._service: JobService | None = None
         self._job_ready = threading.Event()
 
     @property
     def job_name(self) -> str | None:
         return self._job_name
 
-    def _bind(self, service: Any, job_name: str) -> None:
+    def _bind(self, service: JobService, job_name: str) -> None:
         self._service, self._job_name = service, job_name
         self._job_ready.set()
 
@@ -366,7 +367,7 @@ def _same_batch(a: _Item, b: _Item) -> bool:
             and dataclasses.replace(b.spec, name=a.spec.name) == a.spec)
 
 
-def _future_for(service: Any, name: str) -> RemoteFuture:
+def _future_for(service: JobService, name: str) -> RemoteFuture:
     record = service.get(name)
     future = RemoteFuture()
     future.set_running_or_notify_cancel()
