@@ -72,11 +72,11 @@ class Session:
         **options: any ``Settings`` field (``home``, ``metadata_url``, ``artifact_url``...).
     """
 
-    def __init__(self, boto_session: Any = None, sagemaker_client: Any = None,
-                 sagemaker_runtime_client: Any = None,
-                 sagemaker_featurestore_runtime_client: Any = None,
-                 default_bucket: str | None = None, settings: Any = None,
-                 sagemaker_metrics_client: Any = None,
+    def __init__(self, boto_session: object = None, sagemaker_client: object = None,
+                 sagemaker_runtime_client: object = None,
+                 sagemaker_featurestore_runtime_client: object = None,
+                 default_bucket: str | None = None, settings: object = None,
+                 sagemaker_metrics_client: object = None,
                  sagemaker_config: Mapping[str, Any] | None = None,
                  default_bucket_prefix: str | None = None, *,
                  config_files: Sequence[str | os.PathLike[str]] = (), **options: Any) -> None:
