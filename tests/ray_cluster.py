@@ -130,6 +130,6 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
     # test's own calls reuse them, the next tests (and Serve replicas) get the CPUs soon.
     settings.setdefault("ray_keep_alive_seconds", 5)
     settings.setdefault("ray_address", cluster.address)  # or cluster.client_address (ray://)
-    return shoal.Session(home=str(home), backend="ray",
-                         ray_auth_token_file=str(cluster.token), metadata_url=postgres_url,
+    settings.setdefault("ray_auth_token_file", str(cluster.token))
+    return shoal.Session(home=str(home), backend="ray", metadata_url=postgres_url,
                          artifact_url=url, **settings)

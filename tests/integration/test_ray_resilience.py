@@ -20,7 +20,7 @@ import pytest
 
 import shoal
 from helpers import wait_until
-from ray_cluster import ray_session, shoal_ray
+from ray_cluster import RayCluster, ray_session, shoal_ray
 from shoal import RemoteExecutor
 from shoal.core import JobQuery, JobStatus
 
@@ -112,6 +112,7 @@ _CLIENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
 def test_a_dead_head_leaves_records_readable_and_waits_bounded(request, tmp_path):
     from shoal.storage.sql import upgrade_schema
 
@@ -184,20 +185,36 @@ def test_a_dead_head_leaves_records_readable_and_waits_bounded(request, tmp_path
 # --- a node goes away -------------------------------------------------------------------
 
 @pytest.fixture
-def spare_nodes(ray_cluster):
-    """Three 1-CPU nodes that advertise ``{"pairhost": 1}``: a job asking for it lands on
-    them, and one of them may be killed; whatever is left is stopped afterwards."""
-    tags = [ray_cluster.add_node("pairhost") for _ in range(3)]
+def own_cluster(tmp_path, ray_cluster):
+    """A cluster of its own (a 1-CPU head) for a test that kills nodes: the suite's cluster
+    runs other tests' jobs and Serve replicas meanwhile, on whichever node has a free CPU,
+    and a node killed there took them with it."""
+    cluster = RayCluster(tmp_path / "own-cluster")
+    cluster.home.mkdir(parents=True)
+    port = _free_port()
+    shoal_ray(cluster.home, "up", "--port", str(port), "--num-cpus", "1")
+    cluster.address = f"127.0.0.1:{port}"
     try:
-        yield tags
+        yield cluster
     finally:
         import ray
 
         if ray.is_initialized():  # the next test's session connects afresh
             ray.shutdown()
-        for tag in tags:
-            with contextlib.suppress(RuntimeError):
-                ray_cluster.kill_node(tag)
+        with contextlib.suppress(RuntimeError):
+            cluster.stop()
+
+
+def own_session(request, home: Path, cluster: RayCluster, **settings: object) -> shoal.Session:
+    return ray_session(request, home, ray_address=cluster.address,
+                       ray_auth_token_file=str(cluster.token), **settings)
+
+
+@pytest.fixture
+def spare_nodes(own_cluster):
+    """Three 1-CPU nodes of the test's own cluster that advertise ``{"pairhost": 1}``: a job
+    asking for it lands on them, and one of them may be killed."""
+    return [own_cluster.add_node("pairhost") for _ in range(3)]
 
 
 def _group_state(hex_id: str) -> str:
@@ -227,11 +244,13 @@ time.sleep(600)
 """
 
 
-def test_a_lost_second_node_retries_the_job_on_live_nodes(request, tmp_path, ray_cluster,
+@pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
+def test_a_lost_second_node_retries_the_job_on_live_nodes(request, tmp_path, own_cluster,
                                                           spare_nodes):
     from shoal.pytorch import PyTorch
 
-    s = ray_session(request, tmp_path / "home", ray_resources={"pairhost": 1},
+    ray_cluster = own_cluster
+    s = own_session(request, tmp_path / "home", own_cluster, ray_resources={"pairhost": 1},
                     ray_keep_alive_seconds=0)
     script = tmp_path / "hold.py"
     script.write_text(HOLD_SCRIPT)
@@ -285,9 +304,11 @@ def _block_on_first_attempt(marks: str) -> str:
     return os.environ["SHOAL_RAY_NODE_ID"]
 
 
-def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path, ray_cluster,
+@pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
+def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path, own_cluster,
                                                                 spare_nodes):
-    s = ray_session(request, tmp_path / "home", ray_resources={"pairhost": 1},
+    ray_cluster = own_cluster
+    s = own_session(request, tmp_path / "home", own_cluster, ray_resources={"pairhost": 1},
                     ray_keep_alive_seconds=0)
     marks = tmp_path / "first-node"
     try:
@@ -334,9 +355,11 @@ def test_a_clients_own_idle_warm_actor_makes_room_for_its_next_job(request, tmp_
         s.close()
 
 
-def test_a_node_whose_raylet_dies_leaves_no_process_behind(ray_cluster):
+@pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
+def test_a_node_whose_raylet_dies_leaves_no_process_behind(own_cluster):
     from shoal.backends.ray_cluster import _processes_under
 
+    ray_cluster = own_cluster
     tag = ray_cluster.add_node("doomed")
     [node] = [n for n in ray_cluster.nodes() if n["tag"] == tag]
     temp = Path(node["temp_dir"])

@@ -148,6 +148,7 @@ def _wait_for_file(go: str) -> int:
 
 
 @pytest.mark.postgres
+@pytest.mark.timeout(300)  # an outage of its own (20-90 s) on a busy machine
 def test_a_20_s_database_outage_costs_running_jobs_nothing(own_postgres, tmp_path):
     from shoal.storage.sql import upgrade_schema
 
@@ -177,6 +178,7 @@ def test_a_20_s_database_outage_costs_running_jobs_nothing(own_postgres, tmp_pat
 
 
 @pytest.mark.postgres
+@pytest.mark.timeout(300)  # an outage of its own (20-90 s) on a busy machine
 def test_an_outage_past_the_limit_fails_the_wait_naming_the_store(own_postgres, tmp_path):
     from shoal.errors import MetadataStoreError
     from shoal.storage.sql import upgrade_schema
@@ -260,6 +262,7 @@ def _print_until(go: str) -> int:
 
 
 @pytest.mark.s3
+@pytest.mark.timeout(300)  # an outage of its own (20-90 s) on a busy machine
 def test_a_stopped_artifact_store_costs_a_running_job_nothing(tmp_path, monkeypatch):
     pytest.importorskip("moto.server", reason="moto[server] is not installed")
     moto = _Moto(tmp_path)

@@ -76,6 +76,7 @@ class Supervisor:
         self._stop = False
         self._current: str | None = None
         self._retire_after = False
+        self._stop_spent = False  # a stop signal stopped the current job (begin resets it)
         # A warm worker serves many jobs: a SIGTERM stops the current one only if its record
         # says a stop was asked for (a late signal must not hit the next job).
         self._warm = warm
@@ -122,6 +123,7 @@ class Supervisor:
         and a later stop signal checked against *job*'s record."""
         self.install_signals()
         self._stop = False
+        self._stop_spent = False
         self._current = job
 
     @property
@@ -220,7 +222,12 @@ class Supervisor:
         try:
             self._attempts(record)
             if self._warm:
-                self._stop = False  # that signal stopped this job; the worker serves on
+                # The signal that stopped this job is spent, and the worker serves on; one
+                # that came as the job ended (its client may already have the result) retires
+                # the worker, as one while it is idle does.
+                if self._stop and not self._stop_spent:
+                    self.retire_later(f"a stop signal came as job {name} ended")
+                self._stop = False
         except Exception as e:  # a store failure or a shoal bug: never leave the job running
             logger.exception("supervisor of job %s failed", name)
             # A store's error names the store; its traceback is in the supervisor's log.
@@ -512,6 +519,7 @@ class Supervisor:
                                   f"{self._current} was not asked to stop")
             if self._stop and not stopped and not timed_out:
                 stopped = True
+                self._stop_spent = True  # the signal that stopped this job
                 killpg(proc.pid, signal.SIGTERM)
                 kill_at = now + spec.stop_grace_period_in_seconds
             if not timed_out and not stopped and now >= deadline:
