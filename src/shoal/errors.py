@@ -91,6 +91,7 @@ __all__ = [
     "RuntimeEnvError",
     "SchemaOutOfDateError",
     "SerializationError",
+    "ServerUnreachableError",
     "ServingError",
     "ShoalError",
     "StorageError",
@@ -292,6 +293,14 @@ class InvocationError(ServingError):
 class ApiError(ShoalError):
     code = "API_ERROR"
     http_status = 502
+
+
+class ServerUnreachableError(StorageError, ApiError):
+    """A team server that could not be reached (``details["transient"]``): waited out like a
+    store outage (``storage/outage.py``) by the stores a session reaches through it."""
+
+    code = "SERVER_UNREACHABLE"
+    http_status = 503
 
 
 class AuthenticationError(ShoalError):

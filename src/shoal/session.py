@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shoal.client import HttpRunStore
+    from shoal.client import ServerConnection
     from shoal.config import DefaultsConfig
     from shoal.core.endpoints import EndpointBackend
     from shoal.core.ports import (
@@ -90,7 +90,11 @@ class Session:
         self._lock = threading.RLock()
         self._defaults: DefaultsConfig | None = None
         self._metadata: MetadataStore | None = None
-        self._runs: HttpRunStore | None = None
+        self._runs: RunStore | None = None
+        self._server: ServerConnection | None = None
+        #: A supervisor's session reads SHOAL_TOKEN per request: a warm supervisor's changes
+        #: with each job handed to it (each job's own job token).
+        self.token_from_environ = False
         self._artifacts: ArtifactStore | None = None
         self._backend: Backend | None = None
         self._jobs: JobService | None = None
@@ -151,7 +155,8 @@ class Session:
 
     @property
     def metadata(self) -> MetadataStore:
-        self._refuse_through_server("jobs, endpoints and the local metadata store")
+        self._refuse_through_server("the whole metadata store (endpoints, users and tokens, "
+                                    "'shoal db')")
         with self._lock:
             if self._metadata is None:
                 from shoal.storage.sql import SqlMetadataStore
@@ -176,23 +181,52 @@ class Session:
             if self._runs is None:
                 from shoal.client import HttpRunStore
 
-                token = self.settings.token
-                self._runs = HttpRunStore.open(
-                    self.settings.server_url, None if token is None else token.get_secret_value())
+                self._runs = self._through_server(HttpRunStore(self.server_connection()))
             return self._runs
+
+    def server_connection(self) -> ServerConnection:
+        """The one pooled connection to ``SHOAL_SERVER_URL`` the session's HTTP stores share."""
+        url = self.settings.server_url
+        if url is None:
+            raise ConfigError("SHOAL_SERVER_URL is not set: this session uses its own stores",
+                              setting="SHOAL_SERVER_URL")
+        with self._lock:
+            if self._server is None:
+                from shoal.client import ServerConnection
+
+                if self.token_from_environ:
+                    self._server = ServerConnection(url, lambda: os.environ.get("SHOAL_TOKEN"))
+                else:
+                    token = self.settings.token
+                    self._server = ServerConnection(
+                        url, None if token is None else token.get_secret_value())
+            return self._server
+
+    def _through_server(self, store: Any) -> Any:
+        """*store* waiting out a server that does not answer (a restart) as it would a
+        database outage, up to ``store_outage_seconds``."""
+        from shoal.storage.outage import tolerant
+
+        return tolerant(store, seconds=self.settings.store_outage_seconds,
+                        shown=f"the shoal server at {self.settings.server_url}")
 
     def _refuse_through_server(self, what: str) -> None:
         if self.settings.server_url is not None:
             raise ConfigError(
                 f"SHOAL_SERVER_URL is set ({self.settings.server_url}): through a team server "
-                f"only experiments, runs and metrics work so far; {what} through a server are "
-                "not available yet (issue #20). Unset SHOAL_SERVER_URL to use this machine's "
-                "own stores", setting="SHOAL_SERVER_URL", value=self.settings.server_url)
+                f"jobs, artifacts, experiments, runs and metrics work; {what} through a server "
+                "is not available yet (issue #20). Unset SHOAL_SERVER_URL to use this "
+                "machine's own stores", setting="SHOAL_SERVER_URL",
+                value=self.settings.server_url)
 
     @property
     def artifacts(self) -> ArtifactStore:
-        self._refuse_through_server("artifacts")
         with self._lock:
+            if self._artifacts is None and self.settings.server_url is not None:
+                from shoal.client import HttpArtifactStore
+
+                self._artifacts = self._through_server(
+                    HttpArtifactStore(self.server_connection()))
             if self._artifacts is None:
                 from shoal.storage.artifacts import FsspecArtifactStore
 
@@ -240,6 +274,8 @@ class Session:
     def jobs(self) -> JobService:
         """The JobService of this session."""
         with self._lock:
+            if self._jobs is None and self.settings.server_url is not None:
+                self._jobs = self._server_jobs()
             if self._jobs is None:
                 from shoal.jobs.keys import UserKeys
                 from shoal.jobs.service import JobService
@@ -252,6 +288,19 @@ class Session:
                                         keys=UserKeys(self.settings.user_secret_path()),
                                         wake_dir=Path(self.home) / "run" / "wake")
             return self._jobs
+
+    def _server_jobs(self) -> JobService:
+        """Jobs through the team server: its stores, backend, keys and wake-ups over HTTP."""
+        from shoal.client import HttpBackend, HttpJobEnds, HttpJobKeys, HttpJobStore
+        from shoal.jobs.service import JobService
+
+        connection = self.server_connection()
+        return JobService(self._through_server(HttpJobStore(connection)), self.artifacts,
+                          HttpBackend(connection), metrics=self.runs,
+                          supervisor_entrypoint=_SUPERVISOR_ENTRY,
+                          supervisor_prepare=_SUPERVISOR_PREPARE,
+                          supervisor_env=self.supervisor_env(), keys=HttpJobKeys(connection),
+                          ends=HttpJobEnds(connection))
 
     @property
     def endpoint_backends(self) -> tuple[EndpointBackend, ...]:
@@ -289,6 +338,10 @@ class Session:
                             resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds)
 
     def supervisor_env(self) -> dict[str, str]:
+        if self.settings.server_url is not None:
+            # The server writes its supervisors' environment (server/_launches.py).
+            return {"SHOAL_SERVER_URL": self.settings.server_url,
+                    "SHOAL_JOB_PROCESS": self.settings.job_process}
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env["SHOAL_HOME"] = str(self.home)
         env["SHOAL_METADATA_URL"] = self.settings.resolved_metadata_url()
@@ -400,9 +453,11 @@ class Session:
             if self._metadata is not None:
                 self._metadata.close()
                 self._metadata = None
-            if self._runs is not None:
-                self._runs.close()
-                self._runs = None
+            self._runs = None
+            self._artifacts = None if self._server is not None else self._artifacts
+            if self._server is not None:
+                self._server.close()
+                self._server = None
             if self._backend is not None:
                 self._backend.close()
             self._jobs = None
@@ -479,6 +534,7 @@ def use(session: Session) -> Iterator[Session]:
 
 
 _SUPERVISOR_SETTINGS = {"SHOAL_HOME": "home", "SHOAL_METADATA_URL": "metadata_url",
+                        "SHOAL_SERVER_URL": "server_url",
                         "SHOAL_ARTIFACT_URL": "artifact_url", "SHOAL_MAX_SLOTS": "max_slots",
                         "SHOAL_JOB_PROCESS": "job_process",
                         "SHOAL_STORE_OUTAGE_SECONDS": "store_outage_seconds"}
@@ -496,6 +552,8 @@ def warm_supervisor(env: Mapping[str, str]) -> None:
     compiled statements; connections are closed first, so none crosses the fork.
     """
     key = _warm_key(env)
+    if "SHOAL_SERVER_URL" in env:
+        return  # all-HTTP: no store to warm, and no connection may cross the fork
     session = _WARM.get(key)
     if session is None:
         kwargs: dict[str, Any] = {_SUPERVISOR_SETTINGS[k]: v for k, v in key}
@@ -551,6 +609,7 @@ def supervisor_main(job: str, *batch: str) -> int:
 
     set_title("supervisor", job)
     session = _WARM.get(_warm_key(os.environ)) or Session()
+    session.token_from_environ = True
     return _run_worker(session, worker.supervisor_main, job, *batch)
 
 
@@ -559,7 +618,9 @@ def rank_host_main(job: str, attempt: str, host_index: str, master_addr: str,
     """Entry point of another host of a job placed on several nodes (``shoal.jobs.worker``)."""
     from shoal.jobs import worker
 
-    return _run_worker(Session(), worker.rank_host_main, job, attempt, host_index,
+    session = Session()
+    session.token_from_environ = True
+    return _run_worker(session, worker.rank_host_main, job, attempt, host_index,
                        master_addr, master_port)
 
 
@@ -568,4 +629,6 @@ def serve_warm_main() -> int:
     actor's; ``shoal.jobs.worker``)."""
     from shoal.jobs import worker
 
-    return _run_worker(Session(), worker.serve_warm_main)
+    session = Session()
+    session.token_from_environ = True
+    return _run_worker(session, worker.serve_warm_main)

@@ -7,7 +7,10 @@ only core, errors and httpx, and ``Session`` (layer 6) wires it. The server itse
 (``shoal.server``) sits above the session.
 """
 
+from shoal.client.backend import HttpBackend, HttpJobEnds
 from shoal.client.http import API_VERSION, ServerConnection
+from shoal.client.keys import HttpJobKeys
 from shoal.client.runs import HttpRunStore
 
-__all__ = ["API_VERSION", "HttpRunStore", "ServerConnection"]
+__all__ = ["API_VERSION", "HttpBackend", "HttpJobEnds", "HttpJobKeys", "HttpRunStore",
+           "ServerConnection"]

@@ -4,14 +4,21 @@ timeouts, retries with backoff for idempotent requests only, and errors mapped b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
 
-from shoal.errors import ApiError, ConfigError, ShoalError, error_class_for_code
+from shoal.errors import (
+    ApiError,
+    ConfigError,
+    ServerUnreachableError,
+    ShoalError,
+    error_class_for_code,
+)
 
 __all__ = ["API_PREFIX", "API_VERSION", "ServerConnection"]
 
@@ -25,13 +32,15 @@ _RETRY_STATUS = frozenset({502, 503, 504})
 class ServerConnection:
     """The HTTP side shared by the port clients of one server URL and token."""
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0,
-                 retries: int = 4, backoff: float = 0.1) -> None:
+    def __init__(self, url: str, token: str | Callable[[], str | None] | None, *,
+                 timeout: float = 30.0, retries: int = 4, backoff: float = 0.1) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"SHOAL_SERVER_URL {url!r} is not an http:// or https:// URL",
                               setting="SHOAL_SERVER_URL", value=url)
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # A callable token is read per request (a warm supervisor's changes with each job).
+        self._token = token if callable(token) else None
+        headers = {"Authorization": f"Bearer {token}"} if token and not callable(token) else {}
         self._client = httpx.Client(
             base_url=self.url, headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
@@ -43,6 +52,12 @@ class ServerConnection:
 
     def close(self) -> None:
         self._client.close()
+
+    def __enter__(self) -> ServerConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def check_server(self) -> dict[str, Any]:
         """``GET /api/v1/version``: a clear error when the URL is not a shoal server or one of
@@ -64,14 +79,40 @@ class ServerConnection:
                            url=self.url, server_api=body.get("api_version"))
         return body
 
-    def call(self, method: str, path: str, *, json: Any = None,
-             params: Mapping[str, str] | None = None) -> Any:
-        """Send a request under ``/api/v1`` and return its JSON; a ShoalError otherwise."""
+    def _check_once(self) -> None:
         if not self._checked:
             with self._lock:
                 if not self._checked:
                     self.check_server()
                     self._checked = True
+
+    def _headers(self) -> dict[str, str] | None:
+        token = None if self._token is None else self._token()
+        return None if token is None else {"Authorization": f"Bearer {token}"}
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, *, params: Mapping[str, str] | None = None
+               ) -> Iterator[httpx.Response]:
+        """A streamed response under ``/api/v1`` (its body read as it comes); a ShoalError
+        for an error status, ServerUnreachableError when the server cannot be reached."""
+        self._check_once()
+        try:
+            with self._client.stream(method, API_PREFIX + path, params=params,
+                                     headers=self._headers(),
+                                     timeout=httpx.Timeout(None, connect=5.0)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error(method, path, response)
+                yield response
+        except httpx.TransportError as e:
+            raise ServerUnreachableError(
+                f"lost the shoal server at {self.url} ({method} {path}: {type(e).__name__}: "
+                f"{e})", url=self.url, transient=True) from e
+
+    def call(self, method: str, path: str, *, json: Any = None,
+             params: Mapping[str, str] | None = None) -> Any:
+        """Send a request under ``/api/v1`` and return its JSON; a ShoalError otherwise."""
+        self._check_once()
         response = self._send(method, API_PREFIX + path, json, params)
         if response.status_code >= 400:
             raise _error(method, path, response)
@@ -83,12 +124,14 @@ class ServerConnection:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = self._client.request(method, path, json=body, params=params)
+                response = self._client.request(method, path, json=body, params=params,
+                                                headers=self._headers())
             except httpx.TransportError as e:
                 if last:
-                    raise ApiError(f"cannot reach the shoal server at {self.url} ({method} "
-                                   f"{path}: {type(e).__name__}: {e}); is it running, and is "
-                                   "SHOAL_SERVER_URL right?", url=self.url) from e
+                    raise ServerUnreachableError(
+                        f"cannot reach the shoal server at {self.url} ({method} {path}: "
+                        f"{type(e).__name__}: {e}); is it running, and is SHOAL_SERVER_URL "
+                        "right?", url=self.url, transient=True) from e
             else:
                 if response.status_code not in _RETRY_STATUS or last:
                     return response

@@ -28,7 +28,7 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
-           "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobQuery", "JobStore",
+           "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
            "JobWaiter", "LaunchInfo", "MetadataStore", "MetricStore", "RunStore",
            "WarmPoolHost", "WarmWorkerEndpoint"]
 
@@ -214,6 +214,29 @@ class AuthStore(Protocol):
         ...
 
 
+class JobKeys(Protocol):
+    """The secret (hex) of a job, given its name and the salt on its record: derived from
+    the user's secret (``jobs.keys.UserKeys``) or asked of a team server
+    (``client.keys.HttpJobKeys``)."""
+
+    def secret(self, job: str, salt: str) -> str: ...
+
+
+class JobEnds(Protocol):
+    """What tells a client that a job ended without it polling the record: a team server's
+    long polls (``client.backend.HttpJobEnds``)."""
+
+    def wait(self, name: str, timeout: float) -> bool:
+        """True once job *name* has ended; False after *timeout* (or while the server does
+        not answer)."""
+        ...
+    def follow_log(self, name: str, offset: int, on_output: Callable[[bytes], None],
+                   timeout: float) -> int:
+        """Stream job *name*'s log from *offset* to *on_output* until the job ends or
+        *timeout* passes; the offset reached."""
+        ...
+
+
 @runtime_checkable
 class MetadataStore(JobStore, RunStore, EndpointStore, AuthStore, Protocol):
     """All the metadata of one installation, in one store (``SqlMetadataStore``). Code that
@@ -302,7 +325,10 @@ class Backend(Protocol):
     """Starts supervisors and reports facts about them; nothing more (it never writes job
     state). ``backends/memory.py`` is an in-memory implementation for tests."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """What the backend is (``local``, ``ray``): recorded on each job."""
+        ...
 
     def check_submission(self, env: Mapping[str, str]) -> None:
         """Before a job is recorded, with the supervisor's environment: raise (a ShoalError

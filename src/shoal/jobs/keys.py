@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
+from shoal.core.ports import JobKeys
 from shoal.core.secrets import JOB_SECRETS_VAR, secret_values
 from shoal.errors import ConfigError
 from shoal.serialization.keys import USER_SECRET_BYTES, job_secret
@@ -30,13 +31,6 @@ __all__ = ["JOB_SECRETS_VAR", "JobKeys", "UserKeys", "encode_handover",
 #: log from this length on (shorter ones, "1" or "true", would mask ordinary output).
 _INHERITED_SECRET_MIN = 8
 
-
-
-class JobKeys:
-    """The secret (hex) of a job, given its name and the salt on its record."""
-
-    def secret(self, job: str, salt: str) -> str:
-        raise NotImplementedError
 
 
 class UserKeys(JobKeys):

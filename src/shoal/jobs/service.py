@@ -21,7 +21,16 @@ from shoal.core.jobs import (
     JobSpec,
     JobStatus,
 )
-from shoal.core.ports import ArtifactStore, Backend, ExecContext, JobStore, JobWaiter, MetricStore
+from shoal.core.ports import (
+    ArtifactStore,
+    Backend,
+    ExecContext,
+    JobEnds,
+    JobKeys,
+    JobStore,
+    JobWaiter,
+    MetricStore,
+)
 from shoal.errors import (
     ArtifactNotFound,
     BackendUnavailableError,
@@ -35,7 +44,7 @@ from shoal.errors import (
 from shoal.jobs._payloads import load_payload, store_payloads
 from shoal.jobs._training import ranks_of
 from shoal.jobs._wake import WakeChannel, notify, open_channel
-from shoal.jobs.keys import JOB_SECRETS_VAR, JobKeys, encode_handover
+from shoal.jobs.keys import JOB_SECRETS_VAR, encode_handover
 from shoal.jobs.relaunch import (
     RELAUNCH,
     may_relaunch,
@@ -134,7 +143,7 @@ class JobService:
                  metrics: MetricStore, supervisor_entrypoint: str,
                  supervisor_env: Mapping[str, str], supervisor_prepare: str | None = None,
                  clock: Clock | None = None, keys: JobKeys | None = None,
-                 wake_dir: Path | None = None) -> None:
+                 wake_dir: Path | None = None, ends: JobEnds | None = None) -> None:
         self.metadata = metadata
         #: Where a job's supervisor writes the job's metrics (``job:<name>``).
         self.metrics = metrics
@@ -152,6 +161,8 @@ class JobService:
         self._handed: dict[str, str] = {}
         #: Where clients waiting on this host are woken when a job ends (``_wake.py``).
         self._wake_dir = wake_dir
+        #: Through a team server: its long polls say when a job ends, and stream its log.
+        self._ends = ends
         #: Why the last liveness check got no answer from the backend (None: it answered).
         self.liveness_unknown: BackendUnavailableError | None = None
         self._unanswered_since: float | None = None
@@ -514,7 +525,7 @@ class JobService:
             # (for a while at a time: a cluster that stops answering is noticed below)
             waiter.wait(timeout if timeout is not None else _WAITER_SLICE_S)
         wake = None  # bound before the first read of the record
-        if waiter is None and self._wake_dir is not None:
+        if waiter is None and self._wake_dir is not None and self._ends is None:
             wake = open_channel(self._wake_dir, name)
         try:
             return self._poll(name, timeout, on_output, on_status, waiter, wake)
@@ -536,7 +547,9 @@ class JobService:
                 last_status = record.status
                 on_status(record)
             now = time.monotonic()
-            if on_output is not None and (record.is_terminal or now >= next_log):
+            streamed = self._ends is not None and not record.is_terminal
+            if on_output is not None and not streamed and (record.is_terminal or
+                                                           now >= next_log):
                 chunk = self.read_log(name, offset)
                 if chunk:
                     offset += len(chunk)
@@ -553,6 +566,16 @@ class JobService:
                 next_liveness = now + 0.5
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"job {name} is still {record.status} after {timeout} s")
+            if self._ends is not None and (waiter is None or on_output is not None):
+                # The server answers when the job ends (or streams its log until then).
+                window = 1.0 if on_status is not None else _WAITER_SLICE_S  # to see statuses
+                if deadline is not None:
+                    window = max(0.0, min(window, deadline - now))
+                if on_output is not None:
+                    offset = self._ends.follow_log(name, offset, on_output, window)
+                else:
+                    self._ends.wait(name, window)
+                continue
             if waiter is not None and not waiter.done:
                 # A warm worker tells us when the job ends: no polling needed meanwhile.
                 waiter.wait(0.1 if on_output is not None else 0.5)

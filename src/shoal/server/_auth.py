@@ -1,8 +1,15 @@
 """Bearer tokens on every route but ``/version``: 401 without a usable token, 403 when its
-scope does not allow the action (reads need ``read``, writes ``write``)."""
+scope does not allow the action (reads need ``read``, writes ``write``).
+
+A job token (``server/_jobtokens.py``, what a job's supervisor sends) is a write token of the
+job's owner limited to its own jobs: the job named in the path (``{name}``/``{job}``), the
+artifact key or prefix (``key``/``prefix``), the metrics owner (``owner=job:<name>``) must be
+its own, and routes that name jobs in their body call ``require_jobs``; any other route is
+refused (403 naming the token's job and what it tried to reach)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from fastapi import Request
@@ -10,8 +17,13 @@ from fastapi import Request
 from shoal.core.auth import ApiToken, Scope, hash_token
 from shoal.core.ports import AuthStore
 from shoal.errors import AuthenticationError, PermissionDeniedError
+from shoal.server._jobtokens import JOB_TOKEN_PREFIX, JobToken, JobTokens
 
-__all__ = ["LOCAL_PRINCIPAL", "Authorizer"]
+__all__ = ["LOCAL_PRINCIPAL", "Authorizer", "job_token_of", "require_jobs"]
+
+_API = "/api/v1"
+#: Where a job token may go at all (each then checked against its jobs).
+_JOB_ROUTES = ("/jobs/", "/artifacts", "/metrics", "/whoami")
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: The principal of a server started with ``--no-auth`` (loopback only).
@@ -22,11 +34,20 @@ LOCAL_PRINCIPAL = ApiToken("local", "local", "no-auth", Scope.ADMIN,
 class Authorizer:
     """The FastAPI dependency that authenticates and authorizes one request."""
 
-    def __init__(self, store: AuthStore | None) -> None:
+    def __init__(self, store: AuthStore | None, job_tokens: JobTokens | None = None) -> None:
         self._store = store  # None: --no-auth
+        self._job_tokens = job_tokens
 
     def __call__(self, request: Request) -> ApiToken:
-        token = LOCAL_PRINCIPAL if self._store is None else self._authenticate(request)
+        job = self._job_token(request)
+        if job is not None:
+            token = ApiToken(f"job:{job.shown}", job.user, job.shown, Scope.WRITE,
+                             datetime.fromtimestamp(0, UTC))
+            request.state.job_token = job
+            _check_job_route(job, request)
+        else:
+            token = LOCAL_PRINCIPAL if self._store is None else self._authenticate(request)
+            request.state.job_token = None
         needed = Scope.READ if request.method in _READS else Scope.WRITE
         if not token.scope.allows(needed):
             route = request.scope.get("route")
@@ -37,6 +58,15 @@ class Authorizer:
                 action=action, scope=token.scope.value, needs=needed.value, user=token.user)
         request.state.principal = token
         return token
+
+    def _job_token(self, request: Request) -> JobToken | None:
+        """The job token the request carries (verified), or None for any other."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value.startswith(JOB_TOKEN_PREFIX) or \
+                self._job_tokens is None:
+            return None
+        return self._job_tokens.verify(value)
 
     def _authenticate(self, request: Request) -> ApiToken:
         assert self._store is not None
@@ -62,3 +92,59 @@ class Authorizer:
                 f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC", token=found.name, user=found.user)
         return found
 
+
+
+def job_token_of(request: Request) -> JobToken | None:
+    """The job token of an authorized request, or None (a user's token)."""
+    token: JobToken | None = getattr(request.state, "job_token", None)
+    return token
+
+
+def require_jobs(request: Request, names: Iterable[str], action: str) -> None:
+    """For a route that names jobs in its body: a job token may name only its own."""
+    job = job_token_of(request)
+    if job is None:
+        return
+    for name in names:
+        if name not in job.jobs:
+            _refuse(job, f"{action} job {name}'s record")
+
+
+def _refuse(job: JobToken, what: str) -> None:
+    raise PermissionDeniedError(
+        f"the job token of {job.shown} (user {job.user!r}) may not {what}: a job's token "
+        "reaches only its own job's record, payloads, log, artifacts, metrics and "
+        "checkpoints", action=what, user=job.user, job=min(job.jobs))
+
+
+def _check_job_route(job: JobToken, request: Request) -> None:
+    """Refuse what *job*'s token may not reach on this route (see module)."""
+    path = request.url.path.removeprefix(_API)
+    write = request.method not in _READS
+    verb = "change" if write else "read"
+    if not path.startswith(_JOB_ROUTES):
+        _refuse(job, f"call {request.method} {path}")
+    params = {**request.query_params, **request.path_params}
+    checked = False
+    for param in ("name", "job"):
+        if param in request.path_params:
+            checked = True
+            if request.path_params[param] not in job.jobs:
+                _refuse(job, f"{verb} job {request.path_params[param]}'s record")
+    for param in ("key", "prefix"):
+        if param in params:
+            checked = True
+            if not job.may_touch_key(str(params[param]), write=write):
+                _refuse(job, f"{verb} the artifact key {params[param]!r} (another job's)")
+    if "owner" in params:
+        checked = True
+        owner = str(params["owner"])
+        if not (owner.startswith("job:") and owner[4:] in job.jobs):
+            _refuse(job, f"{verb} the metrics of {owner!r}")
+    route = request.scope.get("route")
+    if not checked and getattr(route, "name", None) not in BODY_CHECKED and path != "/whoami":
+        _refuse(job, f"call {request.method} {path}")
+
+
+#: Routes that name their jobs in the body and check them with ``require_jobs``.
+BODY_CHECKED: set[str] = set()

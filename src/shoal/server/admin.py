@@ -74,13 +74,18 @@ def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
     require("server", "the team server (shoal server)", "fastapi", "uvicorn")
     import uvicorn
 
+    from shoal.server._launches import ServerJobs
+    from shoal.server._signals import Signals
     from shoal.server.app import create_app
 
     store = session.metadata
     if auth and not is_loopback(host):
         logger.warning("serving on %s over plain HTTP: tokens travel unencrypted; put a TLS "
                        "proxy in front for a network you do not trust", host)
-    app = create_app(store, store if auth else None)
+    # Jobs' supervisors run on this host and reach the server on the address it binds.
+    own = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    jobs = ServerJobs(session, f"http://{own}:{port}", Signals())
+    app = create_app(store, store if auth else None, jobs=jobs)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             lifespan="off")
     logger.info("shoal server on http://%s:%d/api/v1 (auth: %s)", host, port,

