@@ -4,9 +4,10 @@ timeouts, retries with backoff for idempotent requests only, and errors mapped b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -20,6 +21,10 @@ API_VERSION = 1
 API_PREFIX = f"/api/v{API_VERSION}"
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _RETRY_STATUS = frozenset({502, 503, 504})
+#: Query parameters: a mapping, or pairs (a name repeated for a list).
+Params = Mapping[str, str] | Sequence[tuple[str, str]] | None
+#: A request body: bytes, or what makes a fresh iterator of its chunks for each attempt.
+Content = bytes | Callable[[], Iterable[bytes]]
 
 
 class ServerConnection:
@@ -64,36 +69,91 @@ class ServerConnection:
                            url=self.url, server_api=body.get("api_version"))
         return body
 
-    def call(self, method: str, path: str, *, json: Any = None,
-             params: Mapping[str, str] | None = None) -> Any:
+    def call(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Any:
         """Send a request under ``/api/v1`` and return its JSON; a ShoalError otherwise."""
+        response = self.request(method, path, json=json, params=params)
+        return _json(response) if response.content else None
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None,
+                content: Content | None = None, length: int | None = None) -> httpx.Response:
+        """Send a request under ``/api/v1`` (its body JSON, or *content* of *length* bytes)
+        and return the response read whole; a ShoalError for an error answer."""
+        self._check_once()
+        response = self._send(method, API_PREFIX + path, json, params, content, length)
+        if response.status_code >= 400:
+            raise _error(method, path, response)
+        return response
+
+    @contextlib.contextmanager
+    def download(self, path: str, *, params: Params = None) -> Iterator[httpx.Response]:
+        """``GET`` under ``/api/v1`` whose body is read as it comes (``iter_bytes``); a
+        ShoalError for an error answer. Retried like any GET until its headers arrive."""
+        self._check_once()
+        response = self._open_stream(path, params)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise _error("GET", path, response)
+            yield response
+        finally:
+            response.close()
+
+    def _open_stream(self, path: str, params: Params) -> httpx.Response:
+        request = self._client.build_request("GET", API_PREFIX + path, params=_query(params))
+        for attempt in range(self._retries + 1):
+            last = attempt == self._retries
+            try:
+                response = self._client.send(request, stream=True)
+            except httpx.TransportError as e:
+                if last:
+                    raise self._unreachable("GET", path, e) from e
+            else:
+                if response.status_code not in _RETRY_STATUS or last:
+                    return response
+                response.close()
+            time.sleep(self._backoff * 2 ** attempt)  # backoff between retries
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _check_once(self) -> None:
         if not self._checked:
             with self._lock:
                 if not self._checked:
                     self.check_server()
                     self._checked = True
-        response = self._send(method, API_PREFIX + path, json, params)
-        if response.status_code >= 400:
-            raise _error(method, path, response)
-        return _json(response) if response.content else None
 
-    def _send(self, method: str, path: str, body: Any,
-              params: Mapping[str, str] | None) -> httpx.Response:
+    def _unreachable(self, method: str, path: str, e: Exception) -> ApiError:
+        return ApiError(f"cannot reach the shoal server at {self.url} ({method} {path}: "
+                        f"{type(e).__name__}: {e}); is it running, and is SHOAL_SERVER_URL "
+                        "right?", url=self.url)
+
+    def _send(self, method: str, path: str, body: Any, params: Params,
+              content: Content | None = None, length: int | None = None) -> httpx.Response:
         attempts = self._retries + 1 if method in _IDEMPOTENT else 1
+        headers = {} if length is None else {"Content-Length": str(length)}
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = self._client.request(method, path, json=body, params=params)
+                if content is None:
+                    response = self._client.request(method, path, json=body,
+                                                    params=_query(params))
+                else:
+                    response = self._client.request(
+                        method, path, params=_query(params), headers=headers,
+                        content=content if isinstance(content, bytes) else content())
             except httpx.TransportError as e:
                 if last:
-                    raise ApiError(f"cannot reach the shoal server at {self.url} ({method} "
-                                   f"{path}: {type(e).__name__}: {e}); is it running, and is "
-                                   "SHOAL_SERVER_URL right?", url=self.url) from e
+                    raise self._unreachable(method, path, e) from e
             else:
                 if response.status_code not in _RETRY_STATUS or last:
                     return response
             time.sleep(self._backoff * 2 ** attempt)  # backoff between retries
         raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _query(params: Params) -> httpx.QueryParams | None:
+    if params is None:
+        return None
+    return httpx.QueryParams(params if isinstance(params, Mapping) else tuple(params))
 
 
 def _json(response: httpx.Response) -> Any:
