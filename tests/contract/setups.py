@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from helpers import FakeClock, ServerClock
-from shoal.client import HttpJobStore, HttpRunStore, ServerConnection
+from shoal.client import HttpEndpointStore, HttpJobStore, HttpRunStore, ServerConnection
 from shoal.core import JobQuery, JobStatus
 
 __all__ = ["ServerStores", "SetUp", "remove_server_records"]
@@ -23,7 +23,8 @@ class ServerStores:
     def __init__(self, url: str, token: str) -> None:
         self.connection = ServerConnection(url, token)
         self._ports: tuple[Any, ...] = (HttpJobStore(self.connection),
-                                        HttpRunStore(self.connection))
+                                        HttpRunStore(self.connection),
+                                        HttpEndpointStore(self.connection))
 
     def __getattr__(self, name: str) -> Any:
         for port in self._ports:
@@ -69,8 +70,8 @@ _END = {JobStatus.PENDING: JobStatus.STOPPED, JobStatus.STARTING: JobStatus.FAIL
 
 
 def remove_server_records(stores: ServerStores, prefix: str) -> None:
-    """End and delete a test's jobs (only ended jobs can be deleted) and experiments on the
-    shared server."""
+    """End and delete a test's jobs (only ended jobs can be deleted), experiments and
+    endpoints on the shared server."""
     records = stores.list_jobs(JobQuery(name_prefix=prefix + "-", limit=100_000))
     for r in records:
         if not r.is_terminal:
@@ -79,3 +80,6 @@ def remove_server_records(stores: ServerStores, prefix: str) -> None:
     for e in stores.list_experiments():
         if e.name.startswith(prefix):
             stores.delete_experiment(e.name)
+    for endpoint in stores.list_endpoints():
+        if endpoint.name.startswith(prefix):
+            stores.delete_endpoint(endpoint.name)

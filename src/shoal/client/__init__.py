@@ -8,9 +8,10 @@ wires it. The server itself (``shoal.server``) sits above the session.
 """
 
 from shoal.client.artifacts import HttpArtifactStore
+from shoal.client.endpoints import HttpEndpointStore
 from shoal.client.http import API_VERSION, ServerConnection
 from shoal.client.jobs import HttpJobStore
 from shoal.client.runs import HttpRunStore
 
-__all__ = ["API_VERSION", "HttpArtifactStore", "HttpJobStore", "HttpRunStore",
-           "ServerConnection"]
+__all__ = ["API_VERSION", "HttpArtifactStore", "HttpEndpointStore", "HttpJobStore",
+           "HttpRunStore", "ServerConnection"]

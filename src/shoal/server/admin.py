@@ -80,7 +80,7 @@ def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
     if auth and not is_loopback(host):
         logger.warning("serving on %s over plain HTTP: tokens travel unencrypted; put a TLS "
                        "proxy in front for a network you do not trust", host)
-    app = create_app(store, store if auth else None, jobs=store,
+    app = create_app(store, store if auth else None, jobs=store, endpoints=store,
                      artifacts=session.artifacts, upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,

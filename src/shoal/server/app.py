@@ -13,10 +13,11 @@ from fastapi.responses import JSONResponse
 
 from shoal.client.http import API_PREFIX, API_VERSION
 from shoal.core.auth import ApiToken
-from shoal.core.ports import ArtifactStore, AuthStore, JobStore, RunStore
+from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, RunStore
 from shoal.errors import ShoalError
 from shoal.server._artifacts import DEFAULT_MAX_UPLOAD_BYTES, artifact_routes
 from shoal.server._auth import Authorizer
+from shoal.server._endpoints import endpoint_routes
 from shoal.server._jobs import job_routes
 from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
@@ -37,10 +38,11 @@ def shoal_version() -> str:
 
 
 def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None = None,
-               artifacts: ArtifactStore | None = None, upload_dir: Path | None = None,
+               endpoints: EndpointStore | None = None, artifacts: ArtifactStore | None = None,
+               upload_dir: Path | None = None,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> FastAPI:
-    """The app over *runs* (and *jobs*, *artifacts* when given: their routes are served
-    only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
+    """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
+    are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each."""
     app = FastAPI(title="shoal server", version=shoal_version(),
@@ -63,6 +65,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     authorized.include_router(run_routes(runs))
     if jobs is not None:
         authorized.include_router(job_routes(jobs))
+    if endpoints is not None:
+        authorized.include_router(endpoint_routes(endpoints))
     if artifacts is not None:
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
                                                   max_upload_bytes=max_upload_bytes))
