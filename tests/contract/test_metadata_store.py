@@ -280,6 +280,21 @@ def test_expected_status_mismatch(ctx: Ctx) -> None:
     assert ctx.store.get_job(name) == before
 
 
+def test_expected_attempt_mismatch_changes_nothing_and_want_record_false_returns_none(
+        ctx: Ctx) -> None:
+    name = ctx.create("attempt")
+    ctx.store.update_job(name, status=S.STARTING, attempt=1)
+    before = ctx.store.get_job(name)
+    with pytest.raises(InvalidTransitionError, match="attempt 1") as info:
+        ctx.store.update_job(name, status=S.RUNNING, expected=S.STARTING, expected_attempt=0)
+    assert name in str(info.value) and info.value.details["new"] == "running"
+    assert ctx.store.get_job(name) == before
+    rec = ctx.store.update_job(name, status=S.RUNNING, expected_attempt=1)
+    assert rec is not None and rec.status is S.RUNNING
+    assert ctx.store.update_job(name, status=S.COMPLETED, want_record=False) is None
+    assert ctx.store.get_job(name).status is S.COMPLETED
+
+
 def test_only_one_of_two_racing_updates_wins(ctx: Ctx) -> None:
     name = ctx.create("race")
     ctx.store.update_job(name, status=S.STARTING)

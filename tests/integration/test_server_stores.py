@@ -16,10 +16,47 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from shoal.client import HttpArtifactStore
-from shoal.errors import InvalidArtifactKeyError, PayloadTooLargeError
+from shoal.client import HttpArtifactStore, HttpEndpointStore, HttpJobStore
+from shoal.core import JobName, JobSpec, JobStatus
+from shoal.core.endpoints import EndpointConfig
+from shoal.errors import InvalidArtifactKeyError, PayloadTooLargeError, PermissionDeniedError
 
 LIMIT = 1024 * 1024
+
+
+def test_the_openapi_document_lists_the_job_endpoint_and_artifact_routes(shoal_server) -> None:
+    with httpx.Client(base_url=shoal_server.url) as client:
+        paths = set(client.get("/api/v1/openapi.json").json()["paths"])
+    assert {"/api/v1/jobs", "/api/v1/jobs/{name}", "/api/v1/jobs/{name}/transitions",
+            "/api/v1/job-transitions", "/api/v1/endpoints/{name}", "/api/v1/artifacts",
+            "/api/v1/artifacts/keys"} <= paths
+
+
+def test_a_read_token_reads_jobs_endpoints_and_artifacts_and_cannot_change_them(
+        shoal_server, tmp_path: Path) -> None:
+    made = shoal_server.cli("tokens", "create", "--user", "erin", "--name", "stores-reader",
+                            "--create-user")
+    assert made.returncode == 0, made.stderr
+    reader_token = made.stdout.strip()
+    name = JobName(f"read-only-{os.getpid()}")
+    with HttpJobStore.open(shoal_server.url, shoal_server.admin_token) as admin_jobs, \
+            HttpJobStore.open(shoal_server.url, reader_token) as jobs, \
+            HttpEndpointStore.open(shoal_server.url, reader_token) as endpoints, \
+            HttpArtifactStore.open(shoal_server.url, reader_token) as artifacts:
+        admin_jobs.create_job(JobSpec(name=name), key_salt="s", backend="local")
+        assert jobs.get_job(name).status is JobStatus.PENDING
+        with pytest.raises(PermissionDeniedError, match="update_job"):
+            jobs.update_job(name, status=JobStatus.STOPPED)
+        assert admin_jobs.get_job(name).status is JobStatus.PENDING  # nothing changed
+        with pytest.raises(PermissionDeniedError, match="create_endpoint"):
+            endpoints.create_endpoint(f"ep-{os.getpid()}", model_data="m",
+                                      config=EndpointConfig())
+        assert endpoints.find_endpoint(f"ep-{os.getpid()}") is None
+        with pytest.raises(PermissionDeniedError, match="put_artifact"):
+            artifacts.put_bytes("read-only/x", b"x")
+        assert not artifacts.exists("read-only/x")
+        admin_jobs.update_job(name, status=JobStatus.STOPPED)
+        assert admin_jobs.delete_jobs([name]) == [name]
 
 
 def _put(url: str, key: str, *, length: int | None, chunks: list[bytes]) -> tuple[int, dict]:
