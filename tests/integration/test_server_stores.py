@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from helpers import wait_until
+
 from shoal.client import HttpArtifactStore, HttpEndpointStore, HttpJobStore
 from shoal.core import JobName, JobSpec, JobStatus
 from shoal.core.endpoints import EndpointConfig
@@ -119,6 +121,25 @@ def test_an_upload_past_the_limit_is_413_and_leaves_nothing_on_the_servers_disk(
         store.close()
     assert _files_under(home / "artifacts") == ["j/exact"]
     assert _files_under(home / "uploads") == []  # no spooled part left behind
+
+
+def test_an_upload_cut_off_midway_stores_nothing_and_leaves_no_spooled_part(
+        small: tuple[str, Path]) -> None:
+    url, home = small
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    conn.putrequest("PUT", "/api/v1/artifacts?key=j/cut")
+    conn.putheader("Content-Length", str(LIMIT))
+    conn.endheaders()
+    conn.send(b"z" * (LIMIT // 2))
+    wait_until(lambda: _files_under(home / "uploads"), 30,
+               what="the server to spool the first half")
+    conn.close()  # the client goes away with half of its body sent
+    wait_until(lambda: _files_under(home / "uploads") == [], 30,
+               what="the server to drop the spooled half")
+    with HttpArtifactStore.open(url, None) as store:
+        assert not store.exists("j/cut") and store.list_keys("j") == []
+    assert _files_under(home / "artifacts") == []
 
 
 @pytest.mark.parametrize("key", ["../outside", "j/../../etc/passwd", "/etc/passwd"])
