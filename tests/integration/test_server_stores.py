@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from helpers import wait_until
-
 from shoal.client import HttpArtifactStore, HttpEndpointStore, HttpJobStore
 from shoal.core import JobName, JobSpec, JobStatus
 from shoal.core.endpoints import EndpointConfig
