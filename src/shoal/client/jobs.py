@@ -13,6 +13,7 @@ import base64
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
@@ -55,8 +56,8 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _enum(value: Any) -> Any:
-    return None if value is None else str(value.value if hasattr(value, "value") else value)
+def _enum(value: StrEnum | None) -> str | None:
+    return None if value is None else str(value)  # a StrEnum's str is its value
 
 
 class HttpJobStore:
@@ -113,7 +114,7 @@ class HttpJobStore:
         return list(merged)[:query.limit]
 
     def _list(self, query: JobQuery, names: Sequence[str]) -> list[JobRecord]:
-        params: list[tuple[str, str]] = [("status", _enum(s)) for s in query.statuses]
+        params: list[tuple[str, str]] = [("status", str(s)) for s in query.statuses]
         params += [("name", n) for n in names]
         for key, value in (("name_prefix", query.name_prefix),
                            ("name_contains", query.name_contains)):

@@ -49,14 +49,14 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
         return [JobOut.of(r) for r in records]
 
     @api.get("/jobs")
-    def list_jobs(status: Annotated[list[JobStatus], Query()] = [],  # noqa: B006 - FastAPI
+    def list_jobs(status: Annotated[list[JobStatus] | None, Query()] = None,
                   name_prefix: str | None = None, name_contains: str | None = None,
                   created_after: datetime | None = None, ended_before: datetime | None = None,
-                  name: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI
+                  name: Annotated[list[str] | None, Query()] = None,
                   limit: Annotated[int, Query(ge=0)] = 100) -> list[JobOut]:
-        query = JobQuery(statuses=tuple(status), name_prefix=name_prefix,
+        query = JobQuery(statuses=tuple(status or ()), name_prefix=name_prefix,
                          name_contains=name_contains, created_after=created_after,
-                         ended_before=ended_before, names=tuple(name), limit=limit)
+                         ended_before=ended_before, names=tuple(name or ()), limit=limit)
         return [JobOut.of(r) for r in store.list_jobs(query)]
 
     @api.get("/unfinished-jobs")
