@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,9 +129,10 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
-def start_shoal_server(home: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_shoal_server(home: Path, *args: str, env: dict[str, str] | None = None
+                       ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """A real ``shoal server`` on a free loopback port (returns process, URL and log path),
-    once it answers ``GET /api/v1/version``."""
+    once it answers ``GET /api/v1/version``; *env* adds to its environment."""
     import urllib.request
 
     port = _free_port()
@@ -139,7 +140,8 @@ def start_shoal_server(home: Path, *args: str) -> tuple[subprocess.Popen[bytes],
     log_path = home / f"server-{port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "server", "--port",
-                                 str(port), *args], env=_server_env(home), stdout=log,
+                                 str(port), *args], env={**_server_env(home), **(env or {})},
+                                stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def up() -> bool:
@@ -181,6 +183,27 @@ def shoal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShoalServ
         yield ShoalServer(url, token, home, env)
     finally:
         stop_process(proc)
+
+
+@pytest.fixture
+def own_shoal_server(tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], str, Path]]]:
+    """Starts servers of the test's own (``start_shoal_server``'s arguments but the home: a
+    fresh one each); stopped at the test's end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, env: dict[str, str] | None = None
+              ) -> tuple[subprocess.Popen[bytes], str, Path]:
+        home = tmp_path_factory.mktemp("own-server-home")
+        proc, url, _ = start_shoal_server(home, *args, env=env)
+        started.append(proc)
+        return proc, url, home
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            stop_process(proc)
 
 
 @pytest.fixture

@@ -122,6 +122,52 @@ class FakeClock:
             return self._now
 
 
+class Moment(datetime):
+    """A moment of a real clock that another party (a server) stamps records with: it
+    compares equal to any aware time from itself until the comparison, so a test written
+    for ``FakeClock``'s exact times checks through a server that each time falls between
+    the moment the test took and now."""
+
+    __hash__ = datetime.__hash__
+
+    @classmethod
+    def take(cls) -> Moment:
+        from datetime import UTC
+
+        now = datetime.now(UTC)
+        return cls(now.year, now.month, now.day, now.hour, now.minute, now.second,
+                   now.microsecond, tzinfo=now.tzinfo)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, datetime) or other.tzinfo is None:
+            return NotImplemented
+        from datetime import UTC
+
+        return datetime.__le__(self, other) and other <= datetime.now(UTC)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+
+class ServerClock:
+    """``FakeClock``'s face for a store behind a server, whose clock cannot be set:
+    ``advance`` waits until the real clock has moved on (so two writes are ordered) and
+    returns a ``Moment``; ``start`` is the moment the test began."""
+
+    def __init__(self) -> None:
+        self.start = Moment.take()
+
+    def now(self) -> Moment:
+        return Moment.take()
+
+    def advance(self, seconds: float = 1.0) -> Moment:
+        before = time.time()
+        wait_until(lambda: time.time() > before + 0.002, 5, interval=0.001,
+                   what="the clock to move")
+        return Moment.take()
+
+
 class Followed:
     """A command whose output is read line by line as it comes (``shoal jobs logs -f``):
     ``lines`` grows while it runs; ``wait`` returns its exit code once every line is in.

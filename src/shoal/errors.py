@@ -17,6 +17,8 @@
     │   └── InvalidTransitionError
     ├── StorageError
     │   ├── ArtifactStoreError
+    │   │   └── InvalidArtifactKeyError  a key with "..", absolute or empty (400; also an
+    │   │                                InvalidArgumentError)
     │   └── MetadataStoreError
     │       └── SchemaOutOfDateError
     ├── SerializationError
@@ -41,6 +43,7 @@
     │   ├── EndpointFailedError      an endpoint could not start (or stay) in service
     │   └── InvocationError          a model server answered a request with 4xx/5xx
     ├── ApiError                     a team server's answer could not be used
+    ├── PayloadTooLargeError         413: an upload past the team server's size limit
     ├── AuthenticationError          401: no valid token
     └── PermissionDeniedError        403: the token's scope does not allow the action
 
@@ -66,6 +69,7 @@ __all__ = [
     "EndpointNotFound",
     "ExperimentNotFound",
     "InvalidArgumentError",
+    "InvalidArtifactKeyError",
     "InvalidTransitionError",
     "InvocationError",
     "JobCancelledError",
@@ -83,6 +87,7 @@ __all__ = [
     "NotFoundError",
     "OverloadedError",
     "PayloadIntegrityError",
+    "PayloadTooLargeError",
     "PayloadVersionError",
     "PermissionDeniedError",
     "PicklingError",
@@ -190,6 +195,13 @@ class StorageError(ShoalError):
 
 class ArtifactStoreError(StorageError):
     code = "ARTIFACT_STORE_ERROR"
+
+
+class InvalidArtifactKeyError(ArtifactStoreError, InvalidArgumentError):
+    """A key that would leave the store's root (``..``, absolute) or names nothing."""
+
+    code = "INVALID_ARTIFACT_KEY"
+    http_status = 400
 
 
 class MetadataStoreError(StorageError):
@@ -301,6 +313,13 @@ class ServerUnreachableError(StorageError, ApiError):
 
     code = "SERVER_UNREACHABLE"
     http_status = 503
+
+
+class PayloadTooLargeError(ShoalError):
+    """An upload larger than the team server takes (``SHOAL_SERVER_MAX_UPLOAD_BYTES``)."""
+
+    code = "PAYLOAD_TOO_LARGE"
+    http_status = 413
 
 
 class AuthenticationError(ShoalError):

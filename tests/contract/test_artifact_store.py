@@ -1,4 +1,5 @@
-"""One contract suite for every ArtifactStore: memory://, file:// and s3:// (moto)."""
+"""One contract suite for every ArtifactStore: memory://, file://, s3:// (moto), and the
+server's store through a real ``shoal server`` process (``HttpArtifactStore`` over HTTP)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,31 @@ from pathlib import Path
 
 import pytest
 
+from shoal.client import HttpArtifactStore
 from shoal.core import ArtifactStore
 from shoal.errors import ArtifactNotFound, ArtifactStoreError
 from shoal.storage import FsspecArtifactStore, job_key
 
+#: The top-level prefixes this suite writes: a worker's tests share one server's store, so
+#: each test starts (and leaves) them empty there.
+_PREFIXES = ("j", "job-1", "job-10", "job-2", "job-20", "job-3", "nope", "never-written")
 
-@pytest.fixture(params=["memory", "file", pytest.param("s3", marks=pytest.mark.s3)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FsspecArtifactStore]:
+
+@pytest.fixture(params=["memory", "file", pytest.param("s3", marks=pytest.mark.s3), "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ArtifactStore]:
     kind = request.param
-    if kind == "memory":
+    if kind == "server":
+        server = request.getfixturevalue("shoal_server")
+        http = HttpArtifactStore.open(server.url, server.admin_token)
+        try:
+            for prefix in _PREFIXES:
+                http.delete_prefix(prefix)
+            yield http
+            for prefix in _PREFIXES:
+                http.delete_prefix(prefix)
+        finally:
+            http.close()
+    elif kind == "memory":
         url = f"memory://shoal-test-{uuid.uuid4().hex}"
         st = FsspecArtifactStore.open(url)
         yield st
@@ -33,29 +50,29 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FsspecArti
         yield FsspecArtifactStore.open(url, options)
 
 
-def test_is_an_artifact_store(store: FsspecArtifactStore) -> None:
+def test_is_an_artifact_store(store: ArtifactStore) -> None:
     assert isinstance(store, ArtifactStore)
 
 
-def test_uri_and_root(store: FsspecArtifactStore) -> None:
+def test_uri_and_root(store: ArtifactStore) -> None:
     assert store.uri("job-1/function/payload.pkl") == f"{store.root}/job-1/function/payload.pkl"
     assert "://" in store.root
 
 
-def test_put_get_round_trip(store: FsspecArtifactStore) -> None:
+def test_put_get_round_trip(store: ArtifactStore) -> None:
     key = job_key("job-1", "function", "payload.pkl")
     assert key == "job-1/function/payload.pkl"
     store.put_bytes(key, b"hello")
     assert store.get_bytes(key) == b"hello"
 
 
-def test_empty_value(store: FsspecArtifactStore) -> None:
+def test_empty_value(store: ArtifactStore) -> None:
     store.put_bytes("j/empty", b"")
     assert store.get_bytes("j/empty") == b""
     assert store.exists("j/empty")
 
 
-def test_overwrite(store: FsspecArtifactStore) -> None:
+def test_overwrite(store: ArtifactStore) -> None:
     store.put_bytes("j/k", b"first version, longer")
     assert store.get_bytes("j/k") == b"first version, longer"
     store.put_bytes("j/k", b"second")
@@ -63,7 +80,7 @@ def test_overwrite(store: FsspecArtifactStore) -> None:
     assert store.read_range("j/k", 3) == b"ond"
 
 
-def test_overwrite_after_listing(store: FsspecArtifactStore) -> None:
+def test_overwrite_after_listing(store: ArtifactStore) -> None:
     """Listing must not leave a stale size or existence behind (fsspec listings caches)."""
     store.put_bytes("j/log", b"abc")
     assert store.list_keys("j") == ["j/log"]
@@ -75,7 +92,7 @@ def test_overwrite_after_listing(store: FsspecArtifactStore) -> None:
     assert store.exists("j/other")
 
 
-def test_read_range(store: FsspecArtifactStore) -> None:
+def test_read_range(store: ArtifactStore) -> None:
     store.put_bytes("j/logs/stdout", b"0123456789")
     assert store.read_range("j/logs/stdout", 0) == b"0123456789"
     assert store.read_range("j/logs/stdout", 4) == b"456789"
@@ -84,7 +101,7 @@ def test_read_range(store: FsspecArtifactStore) -> None:
     assert store.read_range("j/logs/stdout", 1000) == b""
 
 
-def test_missing_key(store: FsspecArtifactStore) -> None:
+def test_missing_key(store: ArtifactStore) -> None:
     with pytest.raises(ArtifactNotFound) as info:
         store.get_bytes("nope/payload.pkl")
     assert store.uri("nope/payload.pkl") in str(info.value)
@@ -93,14 +110,14 @@ def test_missing_key(store: FsspecArtifactStore) -> None:
         store.read_range("nope/payload.pkl", 5)
 
 
-def test_exists(store: FsspecArtifactStore) -> None:
+def test_exists(store: ArtifactStore) -> None:
     assert not store.exists("j/a")
     store.put_bytes("j/a", b"1")
     assert store.exists("j/a")
     assert not store.exists("j/b")
 
 
-def test_list_keys(store: FsspecArtifactStore) -> None:
+def test_list_keys(store: ArtifactStore) -> None:
     for key in ("job-2/function/payload.pkl", "job-2/function/metadata.json",
                 "job-2/results/payload.pkl", "job-20/function/payload.pkl",
                 "job-3/function/payload.pkl"):
@@ -112,7 +129,7 @@ def test_list_keys(store: FsspecArtifactStore) -> None:
     assert store.list_keys("job-9") == []
 
 
-def test_delete_prefix(store: FsspecArtifactStore) -> None:
+def test_delete_prefix(store: ArtifactStore) -> None:
     store.put_bytes("job-1/function/payload.pkl", b"a")
     store.put_bytes("job-1/results/payload.pkl", b"b")
     store.put_bytes("job-10/function/payload.pkl", b"c")
@@ -127,7 +144,7 @@ def test_delete_prefix(store: FsspecArtifactStore) -> None:
 
 
 @pytest.mark.parametrize("key", ["", "..", "../x", "a/../../x", "/etc/passwd", "a/../b"])
-def test_invalid_keys(store: FsspecArtifactStore, key: str) -> None:
+def test_invalid_keys(store: ArtifactStore, key: str) -> None:
     for call in (lambda: store.put_bytes(key, b"x"), lambda: store.get_bytes(key),
                  lambda: store.read_range(key, 0), lambda: store.exists(key),
                  lambda: store.list_keys(key), lambda: store.delete_prefix(key)):
@@ -135,18 +152,43 @@ def test_invalid_keys(store: FsspecArtifactStore, key: str) -> None:
             call()
 
 
-def test_all_byte_values(store: FsspecArtifactStore) -> None:
+def test_all_byte_values(store: ArtifactStore) -> None:
     data = bytes(range(256)) * 4 + b"\r\n\r\x00"
     store.put_bytes("j/binary", data)
     assert store.get_bytes("j/binary") == data
     assert store.read_range("j/binary", 255) == data[255:]
 
 
-def test_larger_value(store: FsspecArtifactStore) -> None:
+def test_larger_value(store: ArtifactStore) -> None:
     data = os.urandom(3 * 1024 * 1024 + 17)
     store.put_bytes("j/big", data)
     assert store.get_bytes("j/big") == data
     assert store.read_range("j/big", 2 * 1024 * 1024) == data[2 * 1024 * 1024:]
+
+
+def test_invalid_keys_name_the_key(store: ArtifactStore) -> None:
+    with pytest.raises(ArtifactStoreError, match=r"'a/\.\./b'") as info:
+        store.put_bytes("a/../b", b"x")
+    assert info.value.details["key"] == "a/../b"
+
+
+def test_disk_usage(store: ArtifactStore) -> None:
+    assert store.disk_usage("j") == 0
+    store.put_bytes("j/a", b"12345")
+    store.put_bytes("j/sub/b", b"123")
+    assert store.disk_usage("j") == 8
+    assert store.disk_usage("j/sub") == 3
+
+
+def test_put_file_and_get_file_round_trip(store: ArtifactStore, tmp_path: Path) -> None:
+    data = os.urandom(2 * 1024 * 1024 + 5)
+    (tmp_path / "up.bin").write_bytes(data)
+    store.put_file("j/up.bin", tmp_path / "up.bin")
+    store.get_file("j/up.bin", tmp_path / "down.bin")
+    assert (tmp_path / "down.bin").read_bytes() == data
+    with pytest.raises(ArtifactNotFound):
+        store.get_file("j/missing.bin", tmp_path / "none.bin")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["down.bin", "up.bin"]
 
 
 def test_unsupported_url() -> None:
@@ -161,13 +203,13 @@ def file_store(tmp_path: Path) -> FsspecArtifactStore:
     return FsspecArtifactStore.open(f"file://{tmp_path / 'artifacts'}")
 
 
-def test_local_path(file_store: FsspecArtifactStore, tmp_path: Path) -> None:
+def test_local_path(file_store: ArtifactStore, tmp_path: Path) -> None:
     file_store.put_bytes("j/a", b"1")
     assert file_store.local_path("j/a") == str(tmp_path / "artifacts" / "j" / "a")
     assert (tmp_path / "artifacts" / "j" / "a").read_bytes() == b"1"
 
 
-def test_no_temporary_files_are_left(file_store: FsspecArtifactStore, tmp_path: Path) -> None:
+def test_no_temporary_files_are_left(file_store: ArtifactStore, tmp_path: Path) -> None:
     for i in range(20):
         file_store.put_bytes("j/a", str(i).encode())
         file_store.put_bytes(f"j/n{i}", b"x")
@@ -175,7 +217,7 @@ def test_no_temporary_files_are_left(file_store: FsspecArtifactStore, tmp_path: 
     assert names == sorted(["a", *(f"n{i}" for i in range(20))])
 
 
-def test_failed_write_leaves_no_temporary_file(file_store: FsspecArtifactStore,
+def test_failed_write_leaves_no_temporary_file(file_store: ArtifactStore,
                                                tmp_path: Path) -> None:
     (tmp_path / "artifacts" / "j" / "dir").mkdir(parents=True)
     with pytest.raises(ArtifactStoreError):
@@ -183,7 +225,7 @@ def test_failed_write_leaves_no_temporary_file(file_store: FsspecArtifactStore,
     assert [p.name for p in (tmp_path / "artifacts" / "j").iterdir()] == ["dir"]
 
 
-def test_concurrent_reader_never_sees_a_partial_file(file_store: FsspecArtifactStore) -> None:
+def test_concurrent_reader_never_sees_a_partial_file(file_store: ArtifactStore) -> None:
     size = 8 * 1024 * 1024
     values = [bytes([i]) * size for i in range(4)]
     file_store.put_bytes("j/payload.pkl", values[0])

@@ -1,17 +1,17 @@
-"""The endpoint half of the metadata store contract, on SQLite and on PostgreSQL."""
+"""The endpoint half of the metadata store contract, on SQLite, on PostgreSQL and through a
+real ``shoal server`` process (``HttpEndpointStore`` over HTTP)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from setups import SetUp
 
-from helpers import FakeClock
+from helpers import FakeClock, ServerClock
 from shoal.core import MetadataStore
 from shoal.core.endpoints import (
     BatchingOptions,
@@ -20,8 +20,9 @@ from shoal.core.endpoints import (
     EndpointStatus,
     InstanceStatus,
 )
+from shoal.core.ports import EndpointStore
 from shoal.errors import AlreadyExistsError, EndpointNotFound, InvalidTransitionError
-from shoal.storage.sql import SqlMetadataStore, schema
+from shoal.storage.sql import schema
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 E = EndpointStatus
@@ -31,9 +32,11 @@ E = EndpointStatus
 
 @dataclass
 class Ctx:
-    store: SqlMetadataStore
-    clock: FakeClock
-    prefix: str  # unique per test: a worker's tests share its PostgreSQL database
+    store: EndpointStore
+    clock: FakeClock | ServerClock
+    t0: datetime  # when the test's store started: T0, or a Moment through the server
+    setup: SetUp
+    prefix: str  # unique per test: a worker's tests share its PostgreSQL database / server
 
     def name(self, suffix: str = "ep") -> str:
         return f"{self.prefix}-{suffix}"
@@ -41,24 +44,17 @@ class Ctx:
 
 
 @pytest.fixture
-def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock(T0)
-    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
-    try:
-        yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")
-    finally:
-        try:
-            store.delete_all()
-        finally:
-            store.close()
+def ctx(metadata: SetUp) -> Ctx:
+    return Ctx(metadata.store, metadata.clock, metadata.t0, metadata, metadata.prefix)
 
 
 CONFIG = EndpointConfig(instance_count=2, batching=BatchingOptions(8, 5.0),
                         env={"A": "1"}, port=None, code=True, entry_point="serve.py")
 
 
-def test_is_still_a_metadata_store(ctx: Ctx) -> None:
-    assert isinstance(ctx.store, MetadataStore)
+def test_is_an_endpoint_store(ctx: Ctx) -> None:
+    assert isinstance(ctx.store, EndpointStore)
+    assert isinstance(ctx.store, MetadataStore) is not ctx.setup.through_server
 
 
 def test_create_get_and_config_round_trip(ctx: Ctx) -> None:
@@ -68,7 +64,8 @@ def test_create_get_and_config_round_trip(ctx: Ctx) -> None:
     assert got == created
     assert (got.status, got.model_data, got.config, got.failure_reason, got.instances) == (
         E.CREATING, "file:///m/model.tar.gz", CONFIG, None, ())
-    assert got.created_at == got.updated_at == T0 and dict(got.supervisor) == {}
+    assert got.created_at == ctx.t0 and got.updated_at == got.created_at
+    assert dict(got.supervisor) == {}
 
 
 def test_duplicate_name_says_what_to_do(ctx: Ctx) -> None:
@@ -96,9 +93,9 @@ def test_missing_endpoint(ctx: Ctx) -> None:
 def test_transitions_follow_sagemaker_status(ctx: Ctx) -> None:
     name = ctx.name()
     ctx.store.create_endpoint(name, model_data="m", config=EndpointConfig())
-    ctx.clock.advance(2)
+    t2 = ctx.clock.advance(2)
     rec = ctx.store.update_endpoint(name, status=E.IN_SERVICE, expected=E.CREATING)
-    assert rec.status == E.IN_SERVICE and rec.updated_at == T0 + timedelta(seconds=2)
+    assert rec.status == E.IN_SERVICE and rec.updated_at == t2
     with pytest.raises(InvalidTransitionError, match=name):
         ctx.store.update_endpoint(name, status=E.IN_SERVICE, expected=E.CREATING)
     with pytest.raises(InvalidTransitionError, match="cannot become Creating"):
@@ -153,7 +150,8 @@ def test_list_newest_first_with_instances_and_delete(ctx: Ctx) -> None:
     assert ctx.store.get_endpoint(older).instances == ()
 
 
-def test_the_database_rejects_unknown_statuses(ctx: Ctx, db_url: str) -> None:
+def test_the_database_rejects_unknown_statuses(ctx: Ctx) -> None:
+    db_url = ctx.setup.sql_url()
     name = ctx.name()
     ctx.store.create_endpoint(name, model_data="m", config=EndpointConfig())
     engine = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))

@@ -1,4 +1,6 @@
-"""One contract suite for the SQL metadata store on SQLite and on PostgreSQL."""
+"""The job half of the metadata store contract (``JobStore``), on SQLite, on PostgreSQL,
+and through a real ``shoal server`` process (``HttpJobStore`` over HTTP); then the SQL
+store's own matters (schema, processes, URLs)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import sys
 import textwrap
 import threading
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from setups import SetUp
 
-from helpers import FakeClock, fresh_postgres_database
+from helpers import FakeClock, ServerClock, fresh_postgres_database
 from shoal.core import (
     FailureKind,
     JobEvent,
@@ -26,6 +28,7 @@ from shoal.core import (
     JobStatus,
     MetadataStore,
 )
+from shoal.core.ports import JobStore
 from shoal.errors import (
     AlreadyExistsError,
     InvalidTransitionError,
@@ -43,9 +46,10 @@ T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 @dataclass
 class Ctx:
-    store: SqlMetadataStore
-    clock: FakeClock
-    url: str
+    store: JobStore
+    clock: FakeClock | ServerClock
+    t0: datetime  # when the test's store started: T0, or a Moment through the server
+    setup: SetUp
     prefix: str  # unique per test: the PostgreSQL database is shared by a worker's tests
 
     def name(self, suffix: str = "") -> JobName:
@@ -69,22 +73,15 @@ def _sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock(T0)
-    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
-    try:
-        yield Ctx(store, clock, db_url, f"t{uuid.uuid4().hex[:10]}")
-    finally:
-        try:
-            store.delete_all()  # each worker has its own PostgreSQL database
-        finally:
-            store.close()
+def ctx(metadata: SetUp) -> Ctx:
+    return Ctx(metadata.store, metadata.clock, metadata.t0, metadata, metadata.prefix)
 
 
 # --- create / get / find ------------------------------------------------------------------
 
-def test_is_a_metadata_store(ctx: Ctx) -> None:
-    assert isinstance(ctx.store, MetadataStore)
+def test_is_a_job_store(ctx: Ctx) -> None:
+    assert isinstance(ctx.store, JobStore)
+    assert isinstance(ctx.store, MetadataStore) is not ctx.setup.through_server
 
 
 def test_create_get_find(ctx: Ctx) -> None:
@@ -96,12 +93,12 @@ def test_create_get_find(ctx: Ctx) -> None:
     assert created.name == name
     assert created.spec == spec
     assert created.status is S.PENDING
-    assert created.created_at == created.updated_at == T0
+    assert created.created_at == ctx.t0 and created.updated_at == created.created_at
     assert created.started_at is None and created.ended_at is None
     assert created.backend == "local"
     assert created.attempt == 0 and dict(created.handle) == {}
     assert created.failure_kind is None and created.failure_reason is None
-    assert created.events == (JobEvent(S.PENDING, T0, None),)
+    assert created.events == (JobEvent(S.PENDING, ctx.t0, None),)
     assert ctx.store.get_job(name) == created
     assert ctx.store.find_job(name) == created
     assert ctx.store.find_job(ctx.name("missing")) is None
@@ -164,7 +161,7 @@ def test_job_payloads_go_with_their_job_record(ctx: Ctx) -> None:
     a, b = ctx.create("a"), ctx.create("b")
     for name in (a, b):
         ctx.store.put_job_payloads(name, {"results": (b"r", b"{}")})
-    engine = sa.create_engine(ctx.url)
+    engine = sa.create_engine(ctx.setup.sql_url())
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "sqlite":
@@ -185,7 +182,7 @@ def test_a_job_stored_with_the_old_extra_mapping_loads_into_the_typed_fields(ctx
     from helpers import old_shape_spec
 
     name = ctx.create("old")
-    engine = sa.create_engine(ctx.url)
+    engine = sa.create_engine(ctx.setup.sql_url())
     try:
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE jobs SET spec = :s WHERE name = :n"),
@@ -216,10 +213,14 @@ def test_lifecycle_timestamps_and_events(ctx: Ctx) -> None:
     t3 = ctx.clock.advance(10.25)
     rec = ctx.store.update_job(name, status=S.COMPLETED, expected=S.RUNNING, exit_code=0)
     assert rec.status is S.COMPLETED and rec.is_terminal
-    assert (rec.created_at, rec.started_at, rec.ended_at, rec.updated_at) == (T0, t2, t3, t3)
-    assert rec.duration_seconds == pytest.approx(10.25)
+    assert (rec.created_at, rec.started_at, rec.ended_at, rec.updated_at) == (ctx.t0, t2, t3, t3)
+    assert rec.ended_at == rec.updated_at and rec.started_at is not None
+    if isinstance(ctx.clock, FakeClock):
+        assert rec.duration_seconds == pytest.approx(10.25)
+    else:
+        assert rec.duration_seconds is not None and rec.duration_seconds > 0
     assert rec.exit_code == 0 and rec.failure_kind is None and rec.failure_reason is None
-    assert rec.events == (JobEvent(S.PENDING, T0), JobEvent(S.STARTING, t1, "launched"),
+    assert rec.events == (JobEvent(S.PENDING, ctx.t0), JobEvent(S.STARTING, t1, "launched"),
                           JobEvent(S.RUNNING, t2), JobEvent(S.COMPLETED, t3))
     assert ctx.store.get_job(name) == rec
 
@@ -277,6 +278,21 @@ def test_expected_status_mismatch(ctx: Ctx) -> None:
     with pytest.raises(InvalidTransitionError):
         ctx.store.update_job(name, status=S.FAILED, expected=S.RUNNING)
     assert ctx.store.get_job(name) == before
+
+
+def test_expected_attempt_mismatch_changes_nothing_and_want_record_false_returns_none(
+        ctx: Ctx) -> None:
+    name = ctx.create("attempt")
+    ctx.store.update_job(name, status=S.STARTING, attempt=1)
+    before = ctx.store.get_job(name)
+    with pytest.raises(InvalidTransitionError, match="attempt 1") as info:
+        ctx.store.update_job(name, status=S.RUNNING, expected=S.STARTING, expected_attempt=0)
+    assert name in str(info.value) and info.value.details["new"] == "running"
+    assert ctx.store.get_job(name) == before
+    rec = ctx.store.update_job(name, status=S.RUNNING, expected_attempt=1)
+    assert rec is not None and rec.status is S.RUNNING
+    assert ctx.store.update_job(name, status=S.COMPLETED, want_record=False) is None
+    assert ctx.store.get_job(name).status is S.COMPLETED
 
 
 def test_only_one_of_two_racing_updates_wins(ctx: Ctx) -> None:

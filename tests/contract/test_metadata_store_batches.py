@@ -1,18 +1,18 @@
-"""The batch half of the job store contract (many jobs per transaction), on SQLite and on
-PostgreSQL: create_jobs, update_jobs, set_handles, list_jobs by names."""
+"""The batch half of the job store contract (many jobs per transaction), on SQLite, on
+PostgreSQL and through a real ``shoal server`` (``HttpJobStore``): create_jobs, update_jobs,
+set_handles, list_jobs by names."""
 
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from setups import SetUp
 
-from helpers import FakeClock
+from helpers import FakeClock, ServerClock
 from shoal.core import (
     FailureKind,
     JobChange,
@@ -24,8 +24,8 @@ from shoal.core import (
     MetadataStore,
 )
 from shoal.core.jobs import BatchRef
+from shoal.core.ports import JobStore
 from shoal.errors import AlreadyExistsError, InvalidTransitionError, JobNotFound
-from shoal.storage.sql import SqlMetadataStore
 
 S = JobStatus
 T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
@@ -35,9 +35,17 @@ T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 
 @dataclass
 class Ctx:
-    store: SqlMetadataStore
-    clock: FakeClock
-    prefix: str  # unique per test: a worker's tests share its PostgreSQL database
+    store: JobStore
+    clock: FakeClock | ServerClock
+    t0: datetime  # when the test's store started: T0, or a Moment through the server
+    setup: SetUp
+    prefix: str  # unique per test: a worker's tests share its PostgreSQL database / server
+
+    def given(self, seconds: float) -> datetime:
+        """A time a change is given ``at``, *seconds* after T0 on the fake clock; through
+        the server (whose clock is real), as far ahead of now."""
+        base = T0 if isinstance(self.clock, FakeClock) else datetime.now(UTC)
+        return base + timedelta(seconds=seconds)
 
     def names(self, n: int, tag: str = "b") -> list[JobName]:
         return [JobName(f"{self.prefix}-{tag}-{i:04d}") for i in range(n)]
@@ -51,20 +59,13 @@ class Ctx:
 
 
 @pytest.fixture
-def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock(T0)
-    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
-    try:
-        yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")
-    finally:
-        try:
-            store.delete_all()
-        finally:
-            store.close()
+def ctx(metadata: SetUp) -> Ctx:
+    return Ctx(metadata.store, metadata.clock, metadata.t0, metadata, metadata.prefix)
 
 
 def test_the_store_declares_the_batch_methods(ctx: Ctx) -> None:
-    assert isinstance(ctx.store, MetadataStore)
+    assert isinstance(ctx.store, JobStore)
+    assert isinstance(ctx.store, MetadataStore) is not ctx.setup.through_server
     for method in ("create_jobs", "update_jobs", "set_handles", "get_job_key_salt"):
         assert callable(getattr(ctx.store, method))
 
@@ -79,8 +80,8 @@ def test_create_jobs_records_each_job_as_create_job_does(ctx: Ctx) -> None:
     assert [r.name for r in created] == names
     for record, spec in zip(created, specs, strict=True):
         assert record.spec == spec and record.status is S.PENDING
-        assert record.created_at == record.updated_at == T0
-        assert record.events == (JobEvent(S.PENDING, T0),)
+        assert record.created_at == ctx.t0 and record.updated_at == record.created_at
+        assert record.events == (JobEvent(S.PENDING, ctx.t0),)
         assert ctx.store.get_job(record.name) == record
     assert ctx.store.get_job_key_salt(names[2]) == "k2"
 
@@ -113,7 +114,7 @@ def test_create_jobs_of_nothing(ctx: Ctx) -> None:
 
 def test_update_jobs_records_each_move_with_its_own_time(ctx: Ctx) -> None:
     ok, bad = ctx.create(2)
-    t1, t2, t3 = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2), T0 + timedelta(seconds=5)
+    t1, t2, t3 = ctx.given(1), ctx.given(2), ctx.given(5)
     ctx.clock.advance(10)  # the moves happened before they are recorded
     applied = ctx.store.update_jobs([
         JobChange(ok, S.STARTING, expected=S.PENDING, at=t1, attempt=1),
@@ -129,7 +130,7 @@ def test_update_jobs_records_each_move_with_its_own_time(ctx: Ctx) -> None:
     assert done.status is S.COMPLETED and done.attempt == 1 and done.exit_code == 0
     assert (done.started_at, done.ended_at, done.updated_at) == (t2, t3, t3)
     assert done.env_setup_seconds == 0.5 and done.failure_kind is None
-    assert done.events == (JobEvent(S.PENDING, T0), JobEvent(S.STARTING, t1),
+    assert done.events == (JobEvent(S.PENDING, ctx.t0), JobEvent(S.STARTING, t1),
                            JobEvent(S.RUNNING, t2), JobEvent(S.COMPLETED, t3))
     failed = ctx.store.get_job(bad)
     assert failed.status is S.FAILED and failed.failure_kind is FailureKind.USER_ERROR
@@ -173,10 +174,11 @@ def test_update_jobs_never_moves_a_job_back_in_time(ctx: Ctx) -> None:
     [name] = ctx.create(1)
     later = ctx.clock.advance(5)
     ctx.store.update_job(name, status=S.STOPPING)
-    ctx.store.update_jobs([JobChange(name, S.STOPPED, at=T0 + timedelta(seconds=1))])
+    ctx.store.update_jobs([JobChange(name, S.STOPPED, at=ctx.t0 - timedelta(seconds=1))])
     record = ctx.store.get_job(name)
-    assert record.ended_at == record.updated_at == later
-    assert [e.at for e in record.events] == [T0, later, later]
+    assert record.ended_at == later and record.updated_at == record.ended_at
+    assert [e.at for e in record.events] == [ctx.t0, later, later]
+    assert record.events[1].at == record.events[2].at
 
 
 def test_update_jobs_on_a_missing_job_changes_nothing(ctx: Ctx) -> None:

@@ -1,20 +1,20 @@
-"""Deleting from the metadata store (``shoal jobs delete``, ``shoal gc``), on SQLite and on
-PostgreSQL; and measuring what an artifact prefix holds."""
+"""Deleting from the metadata store (``shoal jobs delete``, ``shoal gc``), on SQLite, on
+PostgreSQL and through a real ``shoal server`` (``HttpJobStore`` + ``HttpRunStore``); and
+measuring what an artifact prefix holds."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from setups import SetUp
 
-from helpers import FakeClock
+from helpers import FakeClock, ServerClock
 from shoal.core import JobQuery, JobSpec, JobStatus, MetricPoint, RunArtifact, job_owner, run_owner
 from shoal.storage import FsspecArtifactStore
-from shoal.storage.sql import SqlMetadataStore
 
 S = JobStatus
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -22,9 +22,10 @@ T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 @dataclass
 class Ctx:
-    store: SqlMetadataStore
-    clock: FakeClock
-    prefix: str  # unique per test: a worker's tests share its PostgreSQL database
+    store: Any  # the SQL store, or the server's HttpJobStore and HttpRunStore as one
+    clock: FakeClock | ServerClock
+    setup: SetUp
+    prefix: str  # unique per test: a worker's tests share its PostgreSQL database / server
 
     def job(self, suffix: str, *, end: JobStatus | None = S.COMPLETED) -> str:
         name = f"{self.prefix}-{suffix}"
@@ -41,16 +42,8 @@ class Ctx:
 
 
 @pytest.fixture
-def ctx(db_url: str) -> Iterator[Ctx]:
-    clock = FakeClock(T0)
-    store = SqlMetadataStore.open(db_url, clock=clock, create=True)
-    try:
-        yield Ctx(store, clock, f"t{uuid.uuid4().hex[:10]}")
-    finally:
-        try:
-            store.delete_all()
-        finally:
-            store.close()
+def ctx(metadata: SetUp) -> Ctx:
+    return Ctx(metadata.store, metadata.clock, metadata, metadata.prefix)
 
 
 def test_delete_jobs_removes_ended_jobs_with_their_history_metrics_and_run_links(ctx: Ctx) -> None:
@@ -89,8 +82,9 @@ def test_delete_jobs_handles_more_names_than_one_statement_binds(ctx: Ctx) -> No
 
 
 def test_ended_before_selects_jobs_that_ended_earlier(ctx: Ctx) -> None:
+    clock = ctx.setup.need_fake_clock("40 days pass between two jobs")
     old = ctx.job("old")
-    ctx.clock.advance(timedelta(days=40).total_seconds())
+    clock.advance(timedelta(days=40).total_seconds())
     new = ctx.job("new")
     running = ctx.job("running", end=None)
     cutoff = T0 + timedelta(days=30)

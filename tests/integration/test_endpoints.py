@@ -390,6 +390,8 @@ def test_contract_a_model_whose_environment_cannot_be_built_fails(endpoint_sessi
     assert "shoal-no-such-package-anywhere" in record.failure_reason
 
 
+# Builds the handler's own environment (six) first: on a loaded machine, with Ray, past 120 s.
+@pytest.mark.timeout(360)
 def test_contract_a_model_server_that_exits_in_its_environment_fails_with_its_output(
         endpoint_session, tmp_path, onnx_dir):
     src = _handler_dir(tmp_path, """

@@ -7,12 +7,14 @@ What a job's token may reach, the per-user job keys and the launch route's refus
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 import pytest
 
 from shoal.client import HttpJobKeys, ServerConnection
+from shoal.core import JobQuery, JobStatus
 from shoal.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
 from shoal.server._jobtokens import JobTokens
 
@@ -77,3 +79,47 @@ def test_the_launch_route_starts_only_shoals_supervisor(shoal_server):
         paths = set(client.get("/api/v1/openapi.json").json()["paths"])
     assert {"/api/v1/launches", "/api/v1/jobs/{name}/wait", "/api/v1/jobs/{name}/logs",
             "/api/v1/keys/job-secret"} <= paths
+
+
+# --- jobs through the server, end to end -----------------------------------------------------
+
+@pytest.fixture
+def team(shoal_server, tmp_path, monkeypatch):
+    """A client of the shared server: its own (empty) home, a write token of its own user."""
+    import uuid
+
+    import shoal
+
+    token = _token(shoal_server, "alice", f"laptop-{uuid.uuid4().hex[:8]}", "--scope", "write")
+    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "client-home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "client-xdg"))
+    monkeypatch.setenv("SHOAL_SERVER_URL", shoal_server.url)
+    monkeypatch.setenv("SHOAL_TOKEN", token)
+    session = shoal.Session()
+    with shoal.use(session):
+        yield session
+    session.close()
+
+
+def test_remote_runs_on_the_servers_backend_under_its_home(team, shoal_server, capsys,
+                                                           tmp_path):
+    from shoal import remote
+
+    @remote
+    def where(x):
+        import os
+
+        print("running in", os.environ["SHOAL_HOME"])
+        return x * 2, os.environ["SHOAL_HOME"], os.environ.get("SHOAL_METADATA_URL")
+
+    value, home, metadata_url = where(21)
+    assert value == 42
+    assert home == str(shoal_server.home) and metadata_url is None  # all-HTTP, server's home
+    assert f"running in {shoal_server.home}" in capsys.readouterr().out  # log streamed back
+    [record] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="where-"))
+    assert record.status == JobStatus.COMPLETED and record.handle["pid"] > 0
+    assert (shoal_server.home / "work").is_dir()
+    assert not (tmp_path / "client-home" / "work").exists()  # nothing ran on the client
+    assert not (tmp_path / "client-xdg" / "shoal" / "user-secret").exists()  # no user secret

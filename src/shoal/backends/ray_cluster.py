@@ -62,6 +62,10 @@ def ray_env(token: Path, base: Mapping[str, str] | None = None) -> dict[str, str
     env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
                 "RAY_USAGE_STATS_ENABLED": "0"})
     env.pop("RAY_AUTH_TOKEN", None)  # the file is the one source of the token
+    # Serve's controller kills an HTTP proxy after 3 health checks of 10 s fail in a row,
+    # which a 2-core node under load does (the proxy died 'killed by ray.kill' mid-deploy);
+    # 30 s each keeps a slow proxy, and a user's own setting wins.
+    env.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "30")
     return env
 
 

@@ -164,8 +164,8 @@ class HttpJobEnds:
         params = {"offset": str(offset), "follow": "true",
                   "timeout": f"{min(timeout, _POLL_S):.3f}"}
         try:
-            with self._http.stream("GET", f"/jobs/{quote(name, safe='')}/logs",
-                                   params=params) as response:
+            with self._http.download(f"/jobs/{quote(name, safe='')}/logs",
+                                     params=params) as response:
                 for chunk in response.iter_bytes():
                     if chunk:
                         offset += len(chunk)

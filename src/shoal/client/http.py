@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -27,6 +27,10 @@ API_VERSION = 1
 API_PREFIX = f"/api/v{API_VERSION}"
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _RETRY_STATUS = frozenset({502, 503, 504})
+#: Query parameters: a mapping, or pairs (a name repeated for a list).
+Params = Mapping[str, str] | Sequence[tuple[str, str]] | None
+#: A request body: bytes, or what makes a fresh iterator of its chunks for each attempt.
+Content = bytes | Callable[[], Iterable[bytes]]
 
 
 class ServerConnection:
@@ -59,6 +63,10 @@ class ServerConnection:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _auth(self) -> dict[str, str]:
+        token = None if self._token is None else self._token()
+        return {} if token is None else {"Authorization": f"Bearer {token}"}
+
     def check_server(self) -> dict[str, Any]:
         """``GET /api/v1/version``: a clear error when the URL is not a shoal server or one of
         another API version."""
@@ -79,6 +87,52 @@ class ServerConnection:
                            url=self.url, server_api=body.get("api_version"))
         return body
 
+    def call(self, method: str, path: str, *, json: Any = None, params: Params = None) -> Any:
+        """Send a request under ``/api/v1`` and return its JSON; a ShoalError otherwise."""
+        response = self.request(method, path, json=json, params=params)
+        return _json(response) if response.content else None
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Params = None,
+                content: Content | None = None, length: int | None = None) -> httpx.Response:
+        """Send a request under ``/api/v1`` (its body JSON, or *content* of *length* bytes)
+        and return the response read whole; a ShoalError for an error answer."""
+        self._check_once()
+        response = self._send(method, API_PREFIX + path, json, params, content, length)
+        if response.status_code >= 400:
+            raise _error(method, path, response)
+        return response
+
+    @contextlib.contextmanager
+    def download(self, path: str, *, params: Params = None) -> Iterator[httpx.Response]:
+        """``GET`` under ``/api/v1`` whose body is read as it comes (``iter_bytes``); a
+        ShoalError for an error answer. Retried like any GET until its headers arrive."""
+        self._check_once()
+        response = self._open_stream(path, params)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise _error("GET", path, response)
+            yield response
+        finally:
+            response.close()
+
+    def _open_stream(self, path: str, params: Params) -> httpx.Response:
+        request = self._client.build_request("GET", API_PREFIX + path, params=_query(params),
+                                             headers=self._auth())
+        for attempt in range(self._retries + 1):
+            last = attempt == self._retries
+            try:
+                response = self._client.send(request, stream=True)
+            except httpx.TransportError as e:
+                if last:
+                    raise self._unreachable("GET", path, e) from e
+            else:
+                if response.status_code not in _RETRY_STATUS or last:
+                    return response
+                response.close()
+            time.sleep(self._backoff * 2 ** attempt)  # backoff between retries
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     def _check_once(self) -> None:
         if not self._checked:
             with self._lock:
@@ -86,57 +140,42 @@ class ServerConnection:
                     self.check_server()
                     self._checked = True
 
-    def _headers(self) -> dict[str, str] | None:
-        token = None if self._token is None else self._token()
-        return None if token is None else {"Authorization": f"Bearer {token}"}
+    def _unreachable(self, method: str, path: str, e: Exception) -> ApiError:
+        # transient: the session's stores wait it out as a database outage (a restart)
+        return ServerUnreachableError(
+            f"cannot reach the shoal server at {self.url} ({method} {path}: "
+            f"{type(e).__name__}: {e}); is it running, and is SHOAL_SERVER_URL right?",
+            url=self.url, transient=True)
 
-    @contextlib.contextmanager
-    def stream(self, method: str, path: str, *, params: Mapping[str, str] | None = None
-               ) -> Iterator[httpx.Response]:
-        """A streamed response under ``/api/v1`` (its body read as it comes); a ShoalError
-        for an error status, ServerUnreachableError when the server cannot be reached."""
-        self._check_once()
-        try:
-            with self._client.stream(method, API_PREFIX + path, params=params,
-                                     headers=self._headers(),
-                                     timeout=httpx.Timeout(None, connect=5.0)) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _error(method, path, response)
-                yield response
-        except httpx.TransportError as e:
-            raise ServerUnreachableError(
-                f"lost the shoal server at {self.url} ({method} {path}: {type(e).__name__}: "
-                f"{e})", url=self.url, transient=True) from e
-
-    def call(self, method: str, path: str, *, json: Any = None,
-             params: Mapping[str, str] | None = None) -> Any:
-        """Send a request under ``/api/v1`` and return its JSON; a ShoalError otherwise."""
-        self._check_once()
-        response = self._send(method, API_PREFIX + path, json, params)
-        if response.status_code >= 400:
-            raise _error(method, path, response)
-        return _json(response) if response.content else None
-
-    def _send(self, method: str, path: str, body: Any,
-              params: Mapping[str, str] | None) -> httpx.Response:
+    def _send(self, method: str, path: str, body: Any, params: Params,
+              content: Content | None = None, length: int | None = None) -> httpx.Response:
         attempts = self._retries + 1 if method in _IDEMPOTENT else 1
+        headers = self._auth() if length is None else \
+            {**self._auth(), "Content-Length": str(length)}
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = self._client.request(method, path, json=body, params=params,
-                                                headers=self._headers())
+                if content is None:
+                    response = self._client.request(method, path, json=body,
+                                                    params=_query(params), headers=headers)
+                else:
+                    response = self._client.request(
+                        method, path, params=_query(params), headers=headers,
+                        content=content if isinstance(content, bytes) else content())
             except httpx.TransportError as e:
                 if last:
-                    raise ServerUnreachableError(
-                        f"cannot reach the shoal server at {self.url} ({method} {path}: "
-                        f"{type(e).__name__}: {e}); is it running, and is SHOAL_SERVER_URL "
-                        "right?", url=self.url, transient=True) from e
+                    raise self._unreachable(method, path, e) from e
             else:
                 if response.status_code not in _RETRY_STATUS or last:
                     return response
             time.sleep(self._backoff * 2 ** attempt)  # backoff between retries
         raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _query(params: Params) -> httpx.QueryParams | None:
+    if params is None:
+        return None
+    return httpx.QueryParams(params if isinstance(params, Mapping) else tuple(params))
 
 
 def _json(response: httpx.Response) -> Any:

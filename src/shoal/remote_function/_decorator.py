@@ -50,15 +50,15 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
         # creates its record, one file holds its payloads, the result comes back with the
         # news). Read to the end: the actor is handed the next call only once it said it
         # is done.
-        batch = submit_calls(service, session.metadata, [spec], func, [(args, kwargs)])
+        batch = submit_calls(service, session.runs, [spec], func, [(args, kwargs)])
         [(_name, outcome)] = list(batch.outcomes(on_output=_stream if stream else None))
         return outcome()
     if on_terminal:
         with _Progress(spec.name) as progress:
-            return run_call(service, session.metadata, spec, func, (args, kwargs), files=files,
+            return run_call(service, session.runs, spec, func, (args, kwargs), files=files,
                             submitted=progress.named, on_output=progress.output,
                             on_status=progress.status)
-    return run_call(service, session.metadata, spec, func, (args, kwargs), files=files,
+    return run_call(service, session.runs, spec, func, (args, kwargs), files=files,
                     on_output=_stream if stream else None)
 
 

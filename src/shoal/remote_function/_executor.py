@@ -253,7 +253,7 @@ class RemoteExecutor(Executor):
     def _run(item: _Item) -> Any:
         service = item.session.jobs
         try:  # _bind sets _job_ready once the name is known; a failed submit sets it too
-            return run_call(service, item.session.metadata, item.spec, item.fn, (item.args, item.kwargs),
+            return run_call(service, item.session.runs, item.spec, item.fn, (item.args, item.kwargs),
                             files=item.files,
                             submitted=functools.partial(item.future._bind, service))
         finally:
@@ -263,7 +263,7 @@ class RemoteExecutor(Executor):
         """Several calls handed to one warm worker together; each settles as its job ends."""
         service = items[0].session.jobs
         try:
-            batch = submit_calls(service, items[0].session.metadata, [i.spec for i in items],
+            batch = submit_calls(service, items[0].session.runs, [i.spec for i in items],
                                  items[0].fn, [(i.args, i.kwargs) for i in items])
         except BaseException:
             # Nothing was recorded (a call that does not pickle, a name taken): one by one,

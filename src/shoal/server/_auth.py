@@ -23,7 +23,10 @@ __all__ = ["LOCAL_PRINCIPAL", "Authorizer", "job_token_of", "require_jobs"]
 
 _API = "/api/v1"
 #: Where a job token may go at all (each then checked against its jobs).
-_JOB_ROUTES = ("/jobs/", "/artifacts", "/metrics", "/whoami")
+_JOB_ROUTES = ("/jobs", "/job-transitions", "/job-handles", "/artifacts", "/artifact-store",
+               "/metrics", "/whoami")
+#: Routes that name nothing a job token could overreach with.
+_HARMLESS = frozenset({"/whoami", "/artifact-store"})
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: The principal of a server started with ``--no-auth`` (loopback only).
@@ -122,10 +125,18 @@ def _check_job_route(job: JobToken, request: Request) -> None:
     path = request.url.path.removeprefix(_API)
     write = request.method not in _READS
     verb = "change" if write else "read"
-    if not path.startswith(_JOB_ROUTES):
+    if not path.startswith(_JOB_ROUTES) or path == "/jobs" and request.method != "GET":
         _refuse(job, f"call {request.method} {path}")
     params = {**request.query_params, **request.path_params}
     checked = False
+    if path == "/jobs":  # list_jobs: only by the names of its own jobs
+        names = request.query_params.getlist("name")
+        if not names:
+            _refuse(job, "list jobs other than its own (name= its own jobs)")
+        for listed in names:
+            if listed not in job.jobs:
+                _refuse(job, f"read job {listed}'s record")
+        checked = True
     for param in ("name", "job"):
         if param in request.path_params:
             checked = True
@@ -142,9 +153,10 @@ def _check_job_route(job: JobToken, request: Request) -> None:
         if not (owner.startswith("job:") and owner[4:] in job.jobs):
             _refuse(job, f"{verb} the metrics of {owner!r}")
     route = request.scope.get("route")
-    if not checked and getattr(route, "name", None) not in BODY_CHECKED and path != "/whoami":
+    if not checked and getattr(route, "name", None) not in BODY_CHECKED and \
+            path not in _HARMLESS:
         _refuse(job, f"call {request.method} {path}")
 
 
 #: Routes that name their jobs in the body and check them with ``require_jobs``.
-BODY_CHECKED: set[str] = set()
+BODY_CHECKED = frozenset({"update_jobs", "set_handles"})

@@ -75,7 +75,7 @@ def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
     import uvicorn
 
     from shoal.server._launches import ServerJobs
-    from shoal.server._signals import Signals
+    from shoal.server._signals import NotifyingJobStore, Signals
     from shoal.server.app import create_app
 
     store = session.metadata
@@ -84,8 +84,13 @@ def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
                        "proxy in front for a network you do not trust", host)
     # Jobs' supervisors run on this host and reach the server on the address it binds.
     own = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    jobs = ServerJobs(session, f"http://{own}:{port}", Signals())
-    app = create_app(store, store if auth else None, jobs=jobs)
+    signals = Signals()
+    server_jobs = ServerJobs(session, f"http://{own}:{port}", signals)
+    app = create_app(store, store if auth else None, jobs=NotifyingJobStore(store, signals),
+                     endpoints=store, artifacts=session.artifacts,
+                     upload_dir=session.home / "uploads",
+                     max_upload_bytes=session.settings.server_max_upload_bytes,
+                     server_jobs=server_jobs)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             lifespan="off")
     logger.info("shoal server on http://%s:%d/api/v1 (auth: %s)", host, port,

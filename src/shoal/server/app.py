@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -12,9 +13,12 @@ from fastapi.responses import JSONResponse
 
 from shoal.client.http import API_PREFIX, API_VERSION
 from shoal.core.auth import ApiToken
-from shoal.core.ports import AuthStore, RunStore
+from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, RunStore
 from shoal.errors import ShoalError
+from shoal.server._artifacts import DEFAULT_MAX_UPLOAD_BYTES, artifact_routes
 from shoal.server._auth import Authorizer
+from shoal.server._endpoints import endpoint_routes
+from shoal.server._jobs import job_routes
 from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
 
@@ -36,10 +40,16 @@ def shoal_version() -> str:
         return str(getattr(sys.modules["shoal"], "__version__", "unknown"))
 
 
-def create_app(runs: RunStore, auth: AuthStore | None, *,
-               jobs: ServerJobs | None = None) -> FastAPI:
-    """The app over *runs*; *auth* None serves without tokens (``--no-auth``, loopback);
-    *jobs*: jobs on the server's backend (launches, keys, waits, live logs, job tokens)."""
+def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None = None,
+               endpoints: EndpointStore | None = None, artifacts: ArtifactStore | None = None,
+               upload_dir: Path | None = None,
+               max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+               server_jobs: ServerJobs | None = None) -> FastAPI:
+    """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
+    are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
+    *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
+    *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
+    waits, live logs, job tokens)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -51,7 +61,7 @@ def create_app(runs: RunStore, auth: AuthStore | None, *,
         return info
 
     authorized = APIRouter(dependencies=[Depends(Authorizer(
-        auth, None if jobs is None else jobs.tokens))])
+        auth, None if server_jobs is None else server_jobs.tokens))])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
@@ -60,11 +70,18 @@ def create_app(runs: RunStore, auth: AuthStore | None, *,
 
     authorized.include_router(run_routes(runs))
     if jobs is not None:
+        authorized.include_router(job_routes(jobs))
+    if endpoints is not None:
+        authorized.include_router(endpoint_routes(endpoints))
+    if artifacts is not None:
+        authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
+                                                  max_upload_bytes=max_upload_bytes))
+    if server_jobs is not None:
         from shoal.server._jobwait import wait_routes
         from shoal.server._launches import launch_routes
 
-        authorized.include_router(launch_routes(jobs))
-        authorized.include_router(wait_routes(jobs))
+        authorized.include_router(launch_routes(server_jobs))
+        authorized.include_router(wait_routes(server_jobs))
     app.include_router(authorized, prefix=API_PREFIX)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -73,8 +90,17 @@ def create_app(runs: RunStore, auth: AuthStore | None, *,
 
 def _body(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
     return {"error": {"code": code, "message": message,
-                      "details": {k: v if isinstance(v, (str, int, float, bool, type(None)))
-                                  else str(v) for k, v in details.items()}}}
+                      "details": {k: _detail(v) for k, v in details.items()}}}
+
+
+def _detail(value: Any) -> Any:
+    """A detail as JSON: scalars and lists of them as they are (``jobs=[...]``), else text."""
+    scalar = (str, int, float, bool, type(None))
+    if isinstance(value, scalar):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, scalar) for v in value):
+        return list(value)
+    return str(value)
 
 
 async def _shoal_error(request: Request, exc: Exception) -> JSONResponse:

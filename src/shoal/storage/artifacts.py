@@ -15,12 +15,22 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from shoal._internal.extras import require_for_url
-from shoal.errors import ArtifactNotFound, ArtifactStoreError
+from shoal.errors import ArtifactNotFound, ArtifactStoreError, InvalidArtifactKeyError
 
-__all__ = ["FsspecArtifactStore", "job_key"]
+__all__ = ["FsspecArtifactStore", "check_key", "job_key"]
 
 
 _TMP_IDS = itertools.count()
+
+
+def check_key(key: str) -> str:
+    """*key* when it names something below a store's root; InvalidArtifactKeyError naming it
+    when it is empty, absolute or climbs out with ``..``."""
+    if not key or key.startswith("/") or ".." in key.split("/"):
+        raise InvalidArtifactKeyError(
+            f"invalid artifact key {key!r}: a key is a relative path below the store's root "
+            "('<job>/output/model.tar.gz'), never empty, absolute or with '..'", key=key)
+    return key
 
 
 def job_key(job: str, *parts: str) -> str:
@@ -64,9 +74,7 @@ class FsspecArtifactStore:
         return self._path(key) if self._local else None
 
     def _path(self, key: str) -> str:
-        if not key or key.startswith("/") or ".." in key.split("/"):
-            raise ArtifactStoreError(f"invalid artifact key {key!r}", key=key)
-        return f"{self._root_path}/{key}"
+        return f"{self._root_path}/{check_key(key)}"
 
     def put_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)

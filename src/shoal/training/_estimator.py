@@ -276,7 +276,7 @@ class Estimator:
             spec = self._spec(name, channels, session, run, requirements)
             record = session.jobs.submit_script(spec, files)
         if run is not None:
-            session.metadata.link_run_job(run.experiment_name, run.run_name, name)
+            session.runs.link_run_job(run.experiment_name, run.run_name, name)
         self.latest_training_job = TrainingJob(self, record.name)
         self._current_job_name = record.name
         if wait:

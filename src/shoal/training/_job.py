@@ -113,7 +113,7 @@ class TrainingJob:
             out["ExperimentConfig"] = {"ExperimentName": spec.run.experiment_name,
                                        "RunName": spec.run.run_name}
         last: dict[str, Any] = {}
-        for p in self._session.metadata.get_metrics(job_owner(record.name)):
+        for p in self._session.runs.get_metrics(job_owner(record.name)):
             last[p.name] = p
         out["FinalMetricDataList"] = [
             {"MetricName": n, "Value": p.value, "Timestamp": datetime.fromtimestamp(

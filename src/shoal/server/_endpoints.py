@@ -1,0 +1,65 @@
+"""Routes of the ``EndpointStore`` port: endpoint records, their transitions, supervisor
+handles and instances. Each route is one store call (a transition's ``expected`` is checked
+by the server's store, atomically)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from shoal.core.endpoints import EndpointConfig
+from shoal.core.ports import EndpointStore
+from shoal.server._wire_endpoints import (
+    EndpointIn,
+    EndpointOut,
+    InstanceIn,
+    SupervisorIn,
+    TransitionIn,
+)
+
+__all__ = ["endpoint_routes"]
+
+_ENDPOINT = "/endpoints/{name}"
+Index = Annotated[int, Path(ge=0)]
+
+
+def endpoint_routes(store: EndpointStore) -> APIRouter:
+    api = APIRouter(tags=["endpoints"])
+
+    @api.post("/endpoints", status_code=201)
+    def create_endpoint(body: EndpointIn) -> EndpointOut:
+        return EndpointOut.of(store.create_endpoint(
+            body.name, model_data=body.model_data, config=EndpointConfig.from_json(body.config)))
+
+    @api.get("/endpoints")
+    def list_endpoints() -> list[EndpointOut]:
+        return [EndpointOut.of(r) for r in store.list_endpoints()]
+
+    @api.get(_ENDPOINT)
+    def get_endpoint(name: str) -> EndpointOut:
+        return EndpointOut.of(store.get_endpoint(name))
+
+    @api.delete(_ENDPOINT)
+    def delete_endpoint(name: str) -> dict[str, bool]:
+        return {"deleted": store.delete_endpoint(name)}
+
+    @api.post(_ENDPOINT + "/transitions")
+    def update_endpoint(name: str, body: TransitionIn) -> EndpointOut:
+        return EndpointOut.of(store.update_endpoint(
+            name, status=body.status, expected=body.expected,
+            failure_reason=body.failure_reason))
+
+    @api.put(_ENDPOINT + "/supervisor", status_code=204)
+    def set_endpoint_supervisor(name: str, body: SupervisorIn) -> None:
+        store.set_endpoint_supervisor(name, body.handle)
+
+    @api.put(_ENDPOINT + "/instances/{index}", status_code=204)
+    def put_endpoint_instance(name: str, index: Index, body: InstanceIn) -> None:
+        store.put_endpoint_instance(name, body.instance(index))
+
+    @api.delete(_ENDPOINT + "/instances", status_code=204)
+    def remove_endpoint_instances(name: str) -> None:
+        store.remove_endpoint_instances(name)
+
+    return api

@@ -1,0 +1,127 @@
+"""Routes of the ``JobStore`` port: job records, their transitions, handles and small
+payloads. Each route is one store call, so a compare-and-set (``expected``,
+``expected_attempt``) is as atomic through the server as on the store itself."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from shoal.core.jobs import JobSpec, JobStatus
+from shoal.core.ports import JobQuery, JobStore
+from shoal.errors import InvalidArgumentError
+from shoal.server._auth import require_jobs
+from shoal.server._wire_jobs import (
+    ChangesIn,
+    CreateIn,
+    CreateManyIn,
+    DeleteIn,
+    HandleIn,
+    HandlesIn,
+    JobOut,
+    PayloadOut,
+    PayloadsIn,
+    UpdateIn,
+)
+
+__all__ = ["job_routes"]
+
+_JOB = "/jobs/{name}"
+
+
+def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure per route
+    api = APIRouter(tags=["jobs"])
+
+    @api.post("/jobs", status_code=201)
+    def create_job(body: CreateIn) -> JobOut:
+        return JobOut.of(store.create_job(body.job_spec(), key_salt=body.key_salt,
+                                          backend=body.backend))
+
+    @api.post("/job-batches", status_code=201)
+    def create_jobs(body: CreateManyIn) -> list[JobOut]:
+        if len(body.key_salts) != len(body.specs):
+            raise InvalidArgumentError(f"create_jobs needs one key salt per spec: "
+                                       f"{len(body.specs)} specs, {len(body.key_salts)} salts")
+        records = store.create_jobs([JobSpec.from_json(s) for s in body.specs],
+                                    key_salts=body.key_salts, backend=body.backend)
+        return [JobOut.of(r) for r in records]
+
+    @api.get("/jobs")
+    def list_jobs(status: Annotated[list[JobStatus] | None, Query()] = None,
+                  name_prefix: str | None = None, name_contains: str | None = None,
+                  created_after: datetime | None = None, ended_before: datetime | None = None,
+                  name: Annotated[list[str] | None, Query()] = None,
+                  limit: Annotated[int, Query(ge=0)] = 100) -> list[JobOut]:
+        query = JobQuery(statuses=tuple(status or ()), name_prefix=name_prefix,
+                         name_contains=name_contains, created_after=created_after,
+                         ended_before=ended_before, names=tuple(name or ()), limit=limit)
+        return [JobOut.of(r) for r in store.list_jobs(query)]
+
+    @api.get("/unfinished-jobs")
+    def iter_unfinished() -> list[JobOut]:
+        return [JobOut.of(r) for r in store.iter_unfinished()]
+
+    @api.get(_JOB)
+    def get_job(name: str) -> JobOut:
+        return JobOut.of(store.get_job(name))
+
+    @api.get(_JOB + "/key-salt")
+    def get_job_key_salt(name: str) -> dict[str, str]:
+        return {"key_salt": store.get_job_key_salt(name)}
+
+    @api.put(_JOB + "/payloads", status_code=204)
+    def put_job_payloads(name: str, body: PayloadsIn) -> None:
+        store.put_job_payloads(name, {kind: (_unb64(name, kind, p), _unb64(name, kind, m))
+                                      for kind, (p, m) in body.payloads.items()})
+
+    @api.get(_JOB + "/payloads/{kind}")
+    def get_job_payload(name: str, kind: str) -> PayloadOut | None:
+        found = store.get_job_payload(name, kind)
+        if found is None:
+            return None
+        return PayloadOut(pickle=base64.b64encode(found[0]).decode("ascii"),
+                          metadata=base64.b64encode(found[1]).decode("ascii"))
+
+    @api.get(_JOB + "/payload-bytes")
+    def job_payload_bytes(name: str) -> dict[str, int]:
+        return {"bytes": store.job_payload_bytes(name)}
+
+    @api.post(_JOB + "/transitions")
+    def update_job(name: str, body: UpdateIn) -> JobOut | None:
+        record = store.update_job(
+            name, status=body.status, expected=body.expected, reason=body.reason,
+            failure_kind=body.failure_kind, exit_code=body.exit_code, attempt=body.attempt,
+            handle=body.handle, env_setup_seconds=body.env_setup_seconds,
+            want_record=body.want_record, expected_attempt=body.expected_attempt)
+        return None if record is None else JobOut.of(record)
+
+    @api.post("/job-transitions")
+    def update_jobs(body: ChangesIn, request: Request) -> list[bool]:
+        require_jobs(request, [c.name for c in body.changes], "change")
+        return store.update_jobs([c.change() for c in body.changes])
+
+    @api.put(_JOB + "/handle", status_code=204)
+    def set_handle(name: str, body: HandleIn) -> None:
+        store.set_handle(name, body.handle)
+
+    @api.put("/job-handles")
+    def set_handles(body: HandlesIn, request: Request) -> dict[str, JobStatus]:
+        require_jobs(request, body.names, "change")
+        return store.set_handles(body.names, body.handle)
+
+    @api.post("/job-deletions")
+    def delete_jobs(body: DeleteIn) -> list[str]:
+        return store.delete_jobs(body.names)
+
+    return api
+
+
+def _unb64(name: str, kind: str, text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError as e:
+        raise InvalidArgumentError(f"payload {kind!r} of job {name!r} is not base64: {e}",
+                                   job=name, kind=kind) from e
