@@ -123,3 +123,122 @@ def test_remote_runs_on_the_servers_backend_under_its_home(team, shoal_server, c
     assert (shoal_server.home / "work").is_dir()
     assert not (tmp_path / "client-home" / "work").exists()  # nothing ran on the client
     assert not (tmp_path / "client-xdg" / "shoal" / "user-secret").exists()  # no user secret
+
+
+def test_map_is_batched_on_a_warm_worker_of_the_server(team):
+    from shoal import RemoteExecutor
+
+    def square(x):
+        import os
+
+        return x * x, os.getpid()
+
+    with RemoteExecutor(keep_alive_period_in_seconds=30, max_parallel_jobs=1) as e:
+        out = list(e.map(square, range(12)))
+        again = e.submit(square, 5).result(timeout=120)  # the warm worker takes it too
+    assert [v for v, _ in out] == [x * x for x in range(12)] and again[0] == 25
+    records = team.jobs.metadata.list_jobs(JobQuery(name_prefix="square-", limit=100))
+    assert len(records) == 13 and all(r.status == JobStatus.COMPLETED for r in records)
+    assert {r.spec.batch.id for r in records if r.spec.batch is not None}  # handed over as batches
+    assert len({r.handle["pid"] for r in records}) <= 2  # one warm supervisor (its first + map)
+
+
+def test_get_future_and_list_futures_through_the_server(team):
+    from shoal import remote
+    from shoal.remote_function import get_future, list_futures
+
+    @remote
+    def triple(x):
+        return 3 * x
+
+    assert triple(4) == 12
+    [record] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="triple-"))
+    assert get_future(record.name).result(timeout=60) == 12
+    assert [f.result(timeout=60) for f in list_futures("triple-")] == [12]
+
+
+def test_a_jobs_own_token_reading_another_jobs_record_is_403(team):
+    from shoal import remote
+
+    @remote
+    def first():
+        return "done"
+
+    assert first() == "done"
+    [other] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="first-"))
+
+    @remote
+    def snoop(name):
+        import os
+
+        import httpx
+
+        headers = {"Authorization": f"Bearer {os.environ['SHOAL_TOKEN']}"}
+        url = os.environ["SHOAL_SERVER_URL"] + "/api/v1"
+        theirs = httpx.get(f"{url}/jobs/{name}", headers=headers)
+        key = httpx.get(f"{url}/artifacts", params={"key": f"{name}/logs/output.log"},
+                        headers=headers)
+        return theirs.status_code, theirs.json()["error"]["message"], key.status_code
+
+    status, message, key_status = snoop(other.name)
+    [me] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="snoop-"))
+    assert (status, key_status) == (403, 403)
+    assert me.name in message and other.name in message  # names both jobs
+
+
+def test_estimator_fit_runs_its_script_on_the_server(team, tmp_path):
+    from shoal.estimator import Estimator
+
+    script = tmp_path / "train.py"
+    script.write_text("import os\nprint('training in', os.environ['SM_MODEL_DIR'])\n"
+                      "open(os.path.join(os.environ['SM_MODEL_DIR'], 'model.txt'), 'w')"
+                      ".write('weights')\n")
+    est = Estimator(entry_point=str(script), sagemaker_session=team)
+    est.fit(logs=False)
+    record = team.jobs.get(est.latest_training_job.name)
+    assert record.status == JobStatus.COMPLETED
+    assert team.artifacts.exists(f"{record.name}/output/model.tar.gz")
+    assert b"training in" in team.jobs.read_log(record.name)
+
+
+def test_jobs_logs_follow_streams_a_running_job_through_the_server(team, tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import wait_until
+    from shoal import RemoteExecutor
+
+    flag = tmp_path / "go"
+
+    def chatty(path):
+        import os
+        import time
+
+        print("before the flag", flush=True)
+        while not os.path.exists(path):
+            time.sleep(0.05)
+        print("after the flag", flush=True)
+        return 1
+
+    with RemoteExecutor() as e:
+        future = e.submit(chatty, str(flag))
+        wait_until(lambda: team.jobs.metadata.list_jobs(JobQuery(name_prefix="chatty-")), 60,
+                   what="the job's record")
+        [record] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="chatty-"))
+        name = record.name
+        out = tmp_path / "follow.out"
+        with open(out, "wb") as sink:
+            cli = subprocess.Popen([sys.executable, "-m", "shoal.cli", "jobs", "logs", name,
+                                    "-f"], stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: b"before the flag" in out.read_bytes(), 120,
+                       what="the followed log's first line")
+            assert b"after the flag" not in out.read_bytes()
+            flag.touch()
+            assert cli.wait(timeout=120) == 0, out.read_bytes()
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert future.result(timeout=60) == 1
+    text = out.read_bytes()
+    assert text.index(b"before the flag") < text.index(b"after the flag")
