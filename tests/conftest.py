@@ -129,13 +129,14 @@ def _server_env(home: Path) -> dict[str, str]:
     return env
 
 
-def start_shoal_server(home: Path, *args: str, env: dict[str, str] | None = None
-                       ) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """A real ``shoal server`` on a free loopback port (returns process, URL and log path),
-    once it answers ``GET /api/v1/version``; *env* adds to its environment."""
+def start_shoal_server(home: Path, *args: str, env: dict[str, str] | None = None,
+                       port: int | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A real ``shoal server`` on a free loopback port (or *port*: a restart on the same
+    address), returning process, URL and log path once it answers ``GET /api/v1/version``;
+    *env* adds to its environment."""
     import urllib.request
 
-    port = _free_port()
+    port = port or _free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = home / f"server-{port}.log"
     with open(log_path, "wb") as log:
@@ -192,10 +193,11 @@ def own_shoal_server(tmp_path_factory: pytest.TempPathFactory
     fresh one each); stopped at the test's end."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str, env: dict[str, str] | None = None
-              ) -> tuple[subprocess.Popen[bytes], str, Path]:
-        home = tmp_path_factory.mktemp("own-server-home")
-        proc, url, _ = start_shoal_server(home, *args, env=env)
+    def start(*args: str, env: dict[str, str] | None = None, home: Path | None = None,
+              port: int | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
+        # home= and port=: a server restarted where an earlier one ran
+        home = home or tmp_path_factory.mktemp("own-server-home")
+        proc, url, _ = start_shoal_server(home, *args, env=env, port=port)
         started.append(proc)
         return proc, url, home
 

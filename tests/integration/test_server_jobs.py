@@ -242,3 +242,60 @@ def test_jobs_logs_follow_streams_a_running_job_through_the_server(team, tmp_pat
         assert future.result(timeout=60) == 1
     text = out.read_bytes()
     assert text.index(b"before the flag") < text.index(b"after the flag")
+
+
+def test_a_server_killed_mid_job_and_restarted_loses_nothing(own_shoal_server, tmp_path,
+                                                             monkeypatch):
+    """kill -9 of the server while a job runs: the job finishes meanwhile (its reports wait
+    for the server, as for a database outage), and the client waiting on it gets the result
+    once the server is back on the same address and home."""
+    import signal
+    import threading
+    from urllib.parse import urlsplit
+
+    import shoal
+    from helpers import wait_until
+    from shoal import RemoteExecutor
+
+    proc, url, home = own_shoal_server("--no-auth")
+    port = urlsplit(url).port
+    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "client-home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "client-xdg"))
+    monkeypatch.setenv("SHOAL_SERVER_URL", url)
+    flag = tmp_path / "go"
+
+    def survivor(path):
+        import os
+        import time
+
+        print("waiting for the flag", flush=True)
+        while not os.path.exists(path):
+            time.sleep(0.05)
+        print("the flag is there", flush=True)
+        return "survived"
+
+    session = shoal.Session()
+    try:
+        with shoal.use(session), RemoteExecutor() as e:
+            future = e.submit(survivor, str(flag))
+            wait_until(lambda: any(r.status == JobStatus.RUNNING for r in
+                                   session.jobs.metadata.list_jobs(
+                                       JobQuery(name_prefix="survivor-"))),
+                       120, what="the job running")
+            result: list[object] = []
+            waiter = threading.Thread(target=lambda: result.append(future.result(timeout=300)))
+            waiter.start()  # a client waiting on the result while the server goes
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            flag.touch()  # the job ends while no server answers
+            own_shoal_server("--no-auth", home=home, port=port)
+            waiter.join(timeout=300)
+            assert result == ["survived"]
+            [record] = session.jobs.metadata.list_jobs(JobQuery(name_prefix="survivor-"))
+            assert record.status == JobStatus.COMPLETED
+            log = session.jobs.read_log(record.name)
+            assert b"waiting for the flag" in log and b"the flag is there" in log
+    finally:
+        session.close()
