@@ -299,3 +299,26 @@ def test_a_server_killed_mid_job_and_restarted_loses_nothing(own_shoal_server, t
             assert b"waiting for the flag" in log and b"the flag is there" in log
     finally:
         session.close()
+
+
+def test_cancel_through_the_server_stops_the_job_on_its_host(team):
+    from helpers import wait_until
+    from shoal import RemoteExecutor
+
+    def sleeper():
+        import time
+
+        time.sleep(600)
+
+    with RemoteExecutor() as e:
+        future = e.submit(sleeper)
+        wait_until(lambda: any(r.status == JobStatus.RUNNING for r in
+                               team.jobs.metadata.list_jobs(JobQuery(name_prefix="sleeper-"))),
+                   120, what="the job running")
+        [record] = team.jobs.metadata.list_jobs(JobQuery(name_prefix="sleeper-"))
+        team.jobs.cancel(record.name)
+        assert team.jobs.wait(record.name, timeout=120).status == JobStatus.STOPPED
+        with pytest.raises(Exception, match="stopped"):
+            future.result(timeout=60)
+    with pytest.raises(Exception, match="no unfinished job has the supervisor"):
+        team.jobs.backend.signal_stop({"backend": "local", "pid": 1, "host": "x"})
