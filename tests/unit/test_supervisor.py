@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import operator
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +70,24 @@ def test_a_function_job_that_returns_completes_with_its_result(
     assert [e.status for e in record.events] == [JobStatus.PENDING, JobStatus.STARTING,
                                                  JobStatus.RUNNING, JobStatus.COMPLETED]
     assert svc.outcome(record) == 3.5
+
+
+@pytest.mark.usefixtures("in_process")
+def test_what_ran_under_the_process_before_it_supervised_outlives_the_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that supervises in place ends what the job left, not its own earlier
+    children: in one pytest process this ended the session's shoal server."""
+    earlier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                               stdin=subprocess.DEVNULL)
+    try:
+        svc = memory_job_service(tmp_path)
+        name = _submit(svc, "divide-8", 8, 2)
+        assert _supervise(svc, tmp_path, name, monkeypatch) == 0
+        assert svc.wait(name, timeout=5).status == JobStatus.COMPLETED
+        assert earlier.poll() is None, "the supervisor ended a process that was not the job's"
+    finally:
+        earlier.kill()
+        earlier.wait(timeout=10)
 
 
 @pytest.mark.usefixtures("in_process")

@@ -108,10 +108,12 @@ def _tree_by_scan() -> dict[int, list[int]]:
     return tree
 
 
-def descendants(root: int | None = None, spare: Collection[int] = ()) -> list[int]:
+def descendants(root: int | None = None, spare: Collection[int] = (),
+                keep: Collection[int] = ()) -> list[int]:
     """Every live descendant of *root* (default: this process), parents before children;
-    the pids in *spare* are left out, but not their descendants. Zombies are left out too
-    (their parents reap them; ours are reaped by ``end_descendants``)."""
+    the pids in *spare* are left out, but not their descendants; those in *keep* are left
+    out with all of theirs. Zombies are left out too (their parents reap them; ours are
+    reaped by ``end_descendants``)."""
     root = os.getpid() if root is None else root
     if not os.path.isdir("/proc/self"):
         return []
@@ -127,6 +129,8 @@ def descendants(root: int | None = None, spare: Collection[int] = ()) -> list[in
             todo = [root]
             continue
         for kid in kids:
+            if kid in keep:
+                continue
             todo.append(kid)
             st = _stat(kid)
             if kid not in spare and st is not None and st[0] not in ("Z", "X"):
@@ -154,12 +158,12 @@ def _reap_ours(spare: Collection[int]) -> None:
                 os.waitpid(kid, os.WNOHANG)
 
 
-def end_descendants(grace: float, spare: Collection[int] = (), root: int | None = None
-                    ) -> int:
-    """SIGTERM every descendant of *root* (this process) but *spare*, SIGKILL those left
-    after *grace* seconds, reap our own; returns how many there were. Costs one walk of
-    ``/proc`` when there are none."""
-    found = descendants(root, spare)
+def end_descendants(grace: float, spare: Collection[int] = (), root: int | None = None,
+                    keep: Collection[int] = ()) -> int:
+    """SIGTERM every descendant of *root* (this process) but *spare* and the trees of
+    *keep*, SIGKILL those left after *grace* seconds, reap our own; returns how many there
+    were. Costs one walk of ``/proc`` when there are none."""
+    found = descendants(root, spare, keep)
     if not found:
         _reap_ours(spare)
         return 0
@@ -170,7 +174,7 @@ def end_descendants(grace: float, spare: Collection[int] = (), root: int | None 
     ended = set(found)
     while True:
         _reap_ours(spare)
-        left = descendants(root, spare)
+        left = descendants(root, spare, keep)
         ended.update(left)
         if not left:
             return len(ended)

@@ -24,7 +24,12 @@ from typing import Any
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
 from shoal.core.secrets import mask_text
 from shoal.errors import InvalidTransitionError, ShoalError, StorageError
-from shoal.jobs._descendants import become_subreaper, end_descendants, not_subreaper
+from shoal.jobs._descendants import (
+    become_subreaper,
+    descendants,
+    end_descendants,
+    not_subreaper,
+)
 from shoal.jobs._outcomes import Outcome, conclude
 from shoal.jobs._prepare import JobPython, PrepareError, Preparer
 from shoal.jobs._process import (
@@ -92,6 +97,7 @@ class Supervisor:
         self._plan = JobPython(self._python, fork=self._fork)
         self._wake_r, self._wake_w = -1, -1
         self._subreaper = False  # adopts what the job's processes orphan (install_signals)
+        self._before: frozenset[int] = frozenset()  # what ran under us before (install_signals)
         # Sees the output of a script job as it streams; syncs a job's checkpoints meanwhile.
         self._tap: TrainingAttempt | CheckpointTap | None = None
         self._hidden: tuple[str, ...] = ()  # the current job's secret values (masked)
@@ -184,6 +190,9 @@ class Supervisor:
         # Orphans of the job (a setsid child whose parent exited, a double fork) come to us,
         # not to init: end_leftovers() ends them with the job.
         self._subreaper = become_subreaper()
+        # What ran under this process before it supervised (a process that supervises in
+        # place, as a test does): not the job's, left alone with all it starts.
+        self._before = frozenset(descendants()) if self._subreaper else frozenset()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -564,7 +573,7 @@ class Supervisor:
         if self._subreaper:
             spare = (self._executor.pid,) if self._executor is not None and \
                 self._executor.alive else ()
-            end_descendants(grace, spare)
+            end_descendants(grace, spare, keep=self._before)
 
     def _executor_for(self, spec: JobSpec) -> WarmExecutor:
         if self._executor is None or not self._executor.usable(spec.memory_mib):
