@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from shoal.core.api import API_PREFIX, API_VERSION
 from shoal.errors import (
     ApiError,
     ConfigError,
@@ -22,9 +23,6 @@ from shoal.errors import (
 
 __all__ = ["API_PREFIX", "API_VERSION", "ServerConnection"]
 
-#: The API version this client speaks; the server's ``GET /api/v1/version`` must match.
-API_VERSION = 1
-API_PREFIX = f"/api/v{API_VERSION}"
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _RETRY_STATUS = frozenset({502, 503, 504})
 #: Query parameters: a mapping, or pairs (a name repeated for a list).

@@ -41,7 +41,10 @@ class Authorizer:
         self._store = store  # None: --no-auth
         self._job_tokens = job_tokens
 
-    def __call__(self, request: Request) -> ApiToken:
+    async def __call__(self, request: Request) -> ApiToken:
+        # On the event loop, not in FastAPI's thread pool: a job token is an HMAC, a user's
+        # token one indexed query (~30 us on SQLite), both far less than the thread hop it
+        # saves on every request (bench/server.py framework: 1.17 ms sync vs 0.79 ms async).
         job = self._job_token(request)
         if job is not None:
             token = ApiToken(f"job:{job.shown}", job.user, job.shown, Scope.WRITE,

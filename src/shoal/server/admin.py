@@ -8,13 +8,18 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from shoal.core.auth import ApiToken, Scope, hash_token, new_token
 from shoal.core.ports import AuthStore
 from shoal.errors import AlreadyExistsError, ConfigError
 from shoal.session import Session
 
-__all__ = ["NewToken", "check_bind", "create_token", "init_admin", "is_loopback", "serve"]
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["NewToken", "check_bind", "create_token", "init_admin", "is_loopback", "serve",
+           "server_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +71,8 @@ def init_admin(store: AuthStore, user: str = "admin") -> NewToken:
     return create_token(store, user, "init", scope=Scope.ADMIN)
 
 
-def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
-    """Serve ``/api/v1`` over the session's stores until interrupted."""
+def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvicorn.Config:
+    """The uvicorn configuration ``serve`` runs: the app over the session's stores."""
     check_bind(host, auth=auth)
     from shoal._internal.extras import require
 
@@ -91,8 +96,19 @@ def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
                      upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes,
                      server_jobs=server_jobs)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            lifespan="off")
+    # One process, no websockets (no route needs them: their protocol module is then never
+    # imported). One process also keeps TCP_NODELAY on accepted sockets: asyncio and uvloop
+    # set it on the sockets of the server they create, while the sockets of uvicorn's
+    # --workers lose it (uvicorn issue 3149; tests/integration/test_server_sockets.py).
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                          lifespan="off", ws="none", interface="asgi3")
+
+
+def serve(session: Session, *, host: str, port: int, auth: bool) -> None:
+    """Serve ``/api/v1`` over the session's stores until interrupted."""
+    config = server_config(session, host=host, port=port, auth=auth)
+    import uvicorn
+
     logger.info("shoal server on http://%s:%d/api/v1 (auth: %s)", host, port,
                 "tokens" if auth else "none")
     uvicorn.Server(config).run()

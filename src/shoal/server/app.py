@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from shoal.client.http import API_PREFIX, API_VERSION
+from shoal.core.api import API_PREFIX, API_VERSION
 from shoal.core.auth import ApiToken
 from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, RunStore
 from shoal.errors import ShoalError
