@@ -61,6 +61,7 @@ def test_demo_runs_the_seed_examples_as_jobs(clean_env: Path, tmp_path: Path):
         _check_sagemaker_section(out, home)
         _check_security_section(out, home, tmp_path)
         _check_cli_section(out, home)
+        _check_server_section(out)
     finally:
         session = shoal.Session(home=str(home))
         session.backend.shutdown_launcher()
@@ -218,3 +219,13 @@ def test_demo_training_script_fails_the_job_when_onnx_parity_fails(tmp_path: Pat
     failure = (tmp_path / "output" / "failure").read_text()
     assert failure.startswith("ValueError: onnxruntime differs from torch by "), failure
     assert "onnx parity batch=1:" in proc.stdout and "onnx parity batch=8:" in proc.stdout
+
+
+def _check_server_section(out: str) -> None:
+    section = out.split("19. the team server", 1)[1]
+    job = re.search(r"job (team-hello-\S+) completed", section)
+    assert job is not None, section
+    assert re.search(r"hello from \S+ under \S+/server$", section, re.M), section
+    assert "jobs describe: status completed" in section
+    assert "on the server (True)" in section and "holds nothing (True)" in section
+    assert "a wrong token: error: the API token is not known to this server" in section

@@ -115,6 +115,9 @@ def run_demo() -> None:
 
         run_security_demo(session, 17)
         run_cli_demo(session, 18)
+        from shoal.cli._demo_server import run_server_demo
+
+        run_server_demo(19)
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))

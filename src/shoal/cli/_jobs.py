@@ -119,9 +119,9 @@ def describe(
     _reap(service)
     record = service.get(name)
     log_uri = service.log_uri(name)
-    metadata = session.metadata
-    summaries = metadata.metric_summaries(job_owner(name))
-    runs = metadata.runs_for_job(name)
+    runs_store = session.runs  # the metadata store, or the team server's
+    summaries = runs_store.metric_summaries(job_owner(name))
+    runs = runs_store.runs_for_job(name)
     disk = _disk_usage(name)
     if as_json:
         data = record_json(record, log_uri=log_uri)
