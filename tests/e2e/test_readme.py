@@ -5,6 +5,7 @@ twice in the same directory and home, so an example that cannot be re-run fails.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -64,3 +65,43 @@ def test_readme_python_example_runs_twice_on_its_install(index: int, tmp_path: P
     finally:
         run_python(env_dir, "import shoal; shoal.Session().backend.shutdown_launcher()",
                    tmp_path, env=env, timeout=60)
+
+
+_TEAM = re.compile(r"## For a team.*?```bash\n(.*?)```", re.S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # may build the server extra's venv first
+def test_readme_team_block_runs_as_written(tmp_path: Path):
+    """The "For a team" shell block, on the ``shoal[server]`` install: its only edits are
+    the install line (the venv is that install) and the port (a free one, so two runs on a
+    machine never meet)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+
+    code = _TEAM.search(README.read_text(encoding="utf-8")).group(1)
+    first, _, rest = code.partition("\n")
+    assert first.startswith('pip install "shoal[server]"'), first
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert rest.count("8765") >= 3  # where it serves and where alice connects
+    script = tmp_path / "team.sh"
+    script.write_text(rest.replace("8765", str(port)))
+    env_dir = venv("server")
+    env = user_env(tmp_path, PATH=f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen(["bash", "-e", str(script)], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the server too, should the block stop early
+    assert proc.returncode == 0, output
+    home = tmp_path / "shoal-home"
+    assert f"ran under {home}" in output, output  # the job ran under the server's home
+    assert re.search(r"^first\b.*completed", output, re.M | re.I), output  # the run, read back
+    assert re.search(r"^where-\S+\s+completed", output, re.M), output  # shoal jobs list
