@@ -303,3 +303,52 @@ def test_a_stopped_artifact_store_costs_a_running_job_nothing(tmp_path, monkeypa
         go.touch()
         moto.stop()
         s.close()
+
+
+# --- the backend stops answering while a client waits ----------------------------------
+
+class _AwayBackend:
+    """The session's real local backend, which can be made not to answer ``is_alive`` as a
+    Ray cluster whose head is away does (a stand-in for that here: the Ray test of a dead head,
+    test_ray_resilience.py, kills one for real and is slow)."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+        self.away = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def is_alive(self, handle):
+        from shoal.errors import BackendUnavailableError
+
+        if self.away:
+            raise BackendUnavailableError("the test's cluster does not answer",
+                                          address="test-cluster:6379")
+        return self._inner.is_alive(handle)
+
+
+def test_a_future_waits_again_after_the_backend_was_away_and_keeps_the_jobs_end(session,
+                                                                               tmp_path):
+    from shoal.errors import BackendUnavailableError
+
+    backend = _AwayBackend(session.jobs.backend)
+    session.jobs.backend = backend
+    session.jobs.backend_wait_seconds = 2
+    go = tmp_path / "go"
+    try:
+        with shoal.RemoteExecutor(job_name_prefix="away-wait") as executor:
+            future = executor.submit(_wait_for_file, str(go))
+            wait_until(lambda: future.job_name and b"waiting" in session.jobs.read_log(
+                future.job_name), 60, what="the job to run")
+            backend.away = True
+            with pytest.raises(BackendUnavailableError, match="test-cluster:6379"):
+                future.result(timeout=60)
+            with pytest.raises(BackendUnavailableError):  # still away: the same, bounded
+                future.result(timeout=60)
+            backend.away = False  # back: the future follows the job to its end
+            go.touch()
+            assert future.result(timeout=60) == 42
+            assert future.exception(timeout=1) is None
+    finally:
+        go.touch()
