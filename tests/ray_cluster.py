@@ -119,7 +119,6 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
     """A session on the test cluster with the team stores (each test its own bucket)."""
     from shoal.storage.sql import upgrade_schema
 
-    cluster = request.getfixturevalue("ray_cluster")
     postgres_url = request.getfixturevalue("postgres_url")
     url, _options = request.getfixturevalue("s3_bucket_url")
     monkeypatch = request.getfixturevalue("monkeypatch")
@@ -129,7 +128,9 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
     # Warm supervisor actors hold their CPUs while idle, and the test cluster has three: a
     # test's own calls reuse them, the next tests (and Serve replicas) get the CPUs soon.
     settings.setdefault("ray_keep_alive_seconds", 5)
-    settings.setdefault("ray_address", cluster.address)  # or cluster.client_address (ray://)
-    settings.setdefault("ray_auth_token_file", str(cluster.token))
+    if "ray_address" not in settings:  # the suite's cluster (a test may bring its own)
+        cluster = request.getfixturevalue("ray_cluster")
+        settings["ray_address"] = cluster.address  # or cluster.client_address (ray://)
+        settings.setdefault("ray_auth_token_file", str(cluster.token))
     return shoal.Session(home=str(home), backend="ray", metadata_url=postgres_url,
                          artifact_url=url, **settings)

@@ -380,10 +380,17 @@ def _use_token(path: str) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = path
     with contextlib.suppress(ImportError, AttributeError):
-        # re-read the environment if ray was imported already (Config: not in ray's stubs)
-        from ray._raylet import Config  # type: ignore[attr-defined]
+        # Re-read the environment if ray was imported already, and drop the token Ray
+        # cached: a process that connected to another cluster before (then ray.shutdown)
+        # would send that cluster's token ("InvalidAuthToken"). In this order, as Ray's own
+        # reset_auth_token_state does. Neither name is in ray's stubs:
+        from ray._raylet import (  # type: ignore[attr-defined]
+            AuthenticationTokenLoader,
+            Config,
+        )
 
         Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _remove_group(hex_id: str) -> None:

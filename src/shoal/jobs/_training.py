@@ -27,11 +27,10 @@ import sys
 import tarfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.core.experiments import MetricPoint, job_owner, run_owner
+from shoal.core.experiments import job_owner, run_owner
 from shoal.core.jobs import (
     Distribution,
     FailureKind,
@@ -48,6 +47,7 @@ from shoal.core.ports import (
     MetricStore,
 )
 from shoal.errors import ShoalError
+from shoal.jobs._metrictap import MetricTap
 from shoal.jobs._prepare import PrepareError
 from shoal.jobs._process import ExecProcess, JobProcess
 from shoal.jobs.checkpoints import CHECKPOINT_SYNC_SECONDS, Checkpoints
@@ -82,58 +82,6 @@ def hyperparameter_args(hps: Mapping[str, Any]) -> list[str]:
 
 def _hp_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-@dataclass
-class _MetricTap:
-    """Applies the metric regexes to the output as it streams; flushes in batches."""
-
-    definitions: list[tuple[str, re.Pattern[bytes]]]
-    owners: tuple[str, ...]
-    metadata: MetricStore
-    partial: bytes = b""
-    pending: list[MetricPoint] = field(default_factory=list)
-    last_flush: float = 0.0
-    stored: int = 0
-
-    def feed(self, data: bytes) -> None:
-        if not self.definitions:
-            return
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        if len(self.partial) > 65536:  # a line without end: match what there is
-            lines.append(self.partial)
-            self.partial = b""
-        now = time.time()
-        for line in lines:
-            self._match(line, now)
-
-    def _match(self, line: bytes, now: float) -> None:
-        for name, regex in self.definitions:
-            m = regex.search(line)
-            if m is None:
-                continue
-            text = m.group(1) if regex.groups else m.group(0)
-            try:
-                value = float(text)
-            except (TypeError, ValueError):
-                continue
-            if value != value or value in (float("inf"), float("-inf")):
-                continue
-            self.pending.append(MetricPoint(name=name, value=value, timestamp=now, step=None))
-
-    def flush(self, *, final: bool = False) -> None:
-        if final and self.partial:
-            self._match(self.partial, time.time())
-            self.partial = b""
-        if not self.pending:
-            return
-        points, self.pending = self.pending, []
-        for owner in self.owners:
-            self.metadata.add_metrics(owner, points)
-        self.stored += len(points)
-        self.last_flush = time.monotonic()
 
 
 class CheckpointTap:
@@ -191,7 +139,7 @@ class TrainingAttempt:
             owners.append(run_owner(run.experiment_name, run.run_name))
         defs = [(d["Name"], re.compile(d["Regex"].encode())) for d in
                 self.cfg.metric_definitions]
-        self.metrics = _MetricTap(defs, tuple(owners), metadata)
+        self.metrics = MetricTap(defs, tuple(owners), metadata)
         self.checkpoints: Checkpoints | None = None
         self._sync_seconds = checkpoint_sync_seconds
         #: The supervisor's environment, for the launchers of a placed job's other hosts.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import JobKind, JobSpec
 from shoal.core.ports import JobQuery
-from shoal.errors import InvalidArgumentError, JobNotFound
+from shoal.errors import BackendUnavailableError, InvalidArgumentError, JobNotFound
 from shoal.jobs.options import is_ray, keep_alive_seconds
 from shoal.remote_function._options import UNSET, RemoteOptions
 from shoal.remote_function._runs import run_call, submit_calls
@@ -44,6 +44,9 @@ class RemoteFuture(Future[Any]):  # Any: what the job's function returns
         self._job_name: str | None = None
         self._service: JobService | None = None
         self._job_ready = threading.Event()
+        #: A BackendUnavailableError its wait ended with, once the caller has been given it:
+        #: the next result() or exception() waits for the job again (the cluster may be back).
+        self._unavailable_seen = False
 
     @property
     def job_name(self) -> str | None:
@@ -76,6 +79,50 @@ class RemoteFuture(Future[Any]):  # Any: what the job's function returns
         # Future.cancel()'s own last step (CPython's concurrent.futures; not in typeshed).
         self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait_again(timeout)
+        try:
+            return super().result(timeout)
+        except BackendUnavailableError:
+            self._unavailable_seen = True
+            raise
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait_again(timeout)
+        error = super().exception(timeout)
+        if isinstance(error, BackendUnavailableError):
+            self._unavailable_seen = True
+        return error
+
+    def _wait_again(self, timeout: float | None) -> None:
+        """A future whose wait ended because the cluster did not answer (and whose caller
+        was told so) follows its job again: it then holds what the job ended with, or the
+        same kind of error while the cluster is still away."""
+        with self._condition:
+            if not (self._unavailable_seen and self._state == FINISHED
+                    and isinstance(self._exception, BackendUnavailableError)):
+                return
+        if self._service is None or self._job_name is None:
+            return
+        try:
+            record = self._service.wait(self._job_name, timeout=timeout)
+        except TimeoutError as e:
+            raise FuturesTimeout(f"job {self._job_name} did not end within {timeout} s") from e
+        except BackendUnavailableError as e:
+            self._replace(error=e)
+            return
+        try:
+            value = self._service.outcome(record)
+        except BaseException as e:  # the job's own exception, from now on
+            self._replace(error=e)
+        else:
+            self._replace(value=value)
+
+    def _replace(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        with self._condition:
+            self._result, self._exception = value, error
+            self._unavailable_seen = False
 
     def _settle(self, fn: Callable[[], Any]) -> None:
         try:

@@ -54,7 +54,11 @@ class FsspecArtifactStore:
 
         require_for_url(url, f"the artifact store {url}")
         try:
-            fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+            # A filesystem of its own: fsspec would hand back one cached for the same
+            # options, whose client read the environment (AWS_ENDPOINT_URL_S3, credentials)
+            # when an earlier store of this process was opened.
+            fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True,
+                                             **dict(storage_options or {}))
         except (ImportError, ValueError) as e:
             raise ArtifactStoreError(f"cannot open artifact store {url!r}: {e}. For s3:// "
                                      "install shoal[s3].", url=url) from e
