@@ -6,7 +6,7 @@ same run, in interleaved rounds (noise on these shared machines hits both sides 
     .venv/bin/python bench/server.py metrics   [--points 10000] [--rounds 5] [--single 200]
     .venv/bin/python bench/server.py jobs      [--jobs 100000] [--requests 50] [--seconds 5]
     .venv/bin/python bench/server.py framework [--requests 2000] [--rounds 5]
-    .venv/bin/python bench/server.py remote    (placeholder: needs jobs through the server)
+    .venv/bin/python bench/server.py remote    [--calls 50] [--map 2000] [--rounds 3]
 
 Anchor: MLflow 3.x's ``mlflow server`` (its defaults, SQLite backend store) from a virtual
 environment of its own under the bench's scratch directory (made with uv on first use; never
@@ -212,11 +212,9 @@ def cmd_framework(args: argparse.Namespace) -> None:
 
 
 def cmd_remote(args: argparse.Namespace) -> None:
-    print("NOT MEASURED: the warm trivial @remote through the server (p50 <= 2x the embedded "
-          "warm path; a map of 2,000 calls >= 0.5x the embedded throughput) needs jobs "
-          "through the server (HttpBackend, job tokens: issue #20, the srv-jobs work). This "
-          "placeholder prints no figure until then.")
-    sys.exit(2)
+    from _server_remote import run_remote_bench
+
+    run_remote_bench(args, _header)
 
 
 def main() -> None:
@@ -241,7 +239,10 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=5)
     p.set_defaults(fn=cmd_framework)
-    p = sub.add_parser("remote", help="placeholder: warm @remote through the server")
+    p = sub.add_parser("remote", help="warm @remote and map through the server vs embedded")
+    p.add_argument("--calls", type=int, default=50, help="warm round trips per side per round")
+    p.add_argument("--map", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=3)
     p.set_defaults(fn=cmd_remote)
     args = parser.parse_args()
     args.fn(args)
