@@ -48,7 +48,7 @@ def job_seconds(session, points: int, log: bool, index: int) -> float:
         elapsed = time.perf_counter() - t
     if log:
         stored = session.metadata.get_metrics(session.metadata.get_run("bench",
-                                                                       run.run_name).owner)
+                                                                       run.run_name).metrics_owner)
         assert len(stored) == points, (len(stored), points)
     return elapsed
 

@@ -95,7 +95,7 @@ class ExperimentAnalytics:
         import pandas as pd
 
         store = self._store()
-        rows = [self._row(run, store.metric_summaries(run.owner))
+        rows = [self._row(run, store.metric_summaries(run.metrics_owner))
                 for run in store.list_runs(self._experiment)]
         columns = list(_BASE)
         for row in rows:

@@ -156,7 +156,7 @@ def test_create_and_get_run(ctx: Ctx) -> None:
     assert created.status is RunStatus.IN_PROGRESS
     got = ctx.store.get_run(exp, "run-1")
     assert got == created
-    assert got.owner == run_owner(exp, "run-1") == f"run:{exp}/run-1"
+    assert got.metrics_owner == run_owner(exp, "run-1") == f"run:{exp}/run-1"
     assert (got.display_name, dict(got.tags), got.created_at, got.ended_at) == (
         "Run one", {"k": "v"}, ctx.at(), None)
 

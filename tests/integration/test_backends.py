@@ -96,7 +96,7 @@ def test_load_run_in_a_job_is_the_callers_run(backend_session):
         assert remote(_in_run)(5) == (experiment, "r1")
     record = backend_session.metadata.get_run(experiment, "r1")
     assert record.parameters == {"steps": 5}
-    owner = record.owner
+    owner = record.metrics_owner
     assert [p.step for p in backend_session.metadata.get_metrics(owner, "loss")] == list(range(5))
 
 

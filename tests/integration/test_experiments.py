@@ -22,7 +22,7 @@ from shoal.storage.sql import upgrade_schema
 
 def _metrics(session: shoal.Session, experiment: str, run: str,
              name: str | None = None) -> list[MetricPoint]:
-    return session.metadata.get_metrics(session.metadata.get_run(experiment, run).owner, name)
+    return session.metadata.get_metrics(session.metadata.get_run(experiment, run).metrics_owner, name)
 
 
 def _artifact_json(uri: str) -> dict:
@@ -169,7 +169,7 @@ def test_load_run_inside_a_block_is_that_run(session):
         run.log_metric("outer", 2.0)
     assert current_run_context() is None
     assert session.metadata.metric_names(
-        session.metadata.get_run("nested", "outer").owner) == ["inner", "outer"]
+        session.metadata.get_run("nested", "outer").metrics_owner) == ["inner", "outer"]
 
 
 def test_failure_and_interrupt_end_the_run_accordingly(session):
@@ -334,6 +334,6 @@ def test_a_run_on_postgres(tmp_path, postgres_url):
             run.log_parameter("lr", 0.5)
         record = s.metadata.get_run(run.experiment_name, "r")
         assert record.status is RunStatus.COMPLETED and record.parameters == {"lr": 0.5}
-        assert [p.step for p in s.metadata.get_metrics(record.owner)] == list(range(2000))
+        assert [p.step for p in s.metadata.get_metrics(record.metrics_owner)] == list(range(2000))
     finally:
         s.close()

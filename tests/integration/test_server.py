@@ -194,7 +194,7 @@ def test_a_session_with_a_server_url_logs_runs_through_it_and_refuses_the_whole_
     with HttpRunStore.open(shoal_server.url, shoal_server.admin_token) as admin:
         record = admin.get_run("team-exp", "run-1")
         assert dict(record.parameters) == {"lr": 0.1, "epochs": 3}
-        assert [p.value for p in admin.get_metrics(record.owner, "loss")] == [0.5, 0.25]
+        assert [p.value for p in admin.get_metrics(record.metrics_owner, "loss")] == [0.5, 0.25]
         assert record.status.value == "Completed"
 
 

@@ -31,7 +31,7 @@ def test_run_record_owner_and_status() -> None:
     from datetime import UTC, datetime
 
     rec = RunRecord("e", "r", None, RunStatus.IN_PROGRESS, datetime.now(UTC))
-    assert rec.owner == run_owner("e", "r")
+    assert rec.metrics_owner == run_owner("e", "r")
     assert not RunStatus.IN_PROGRESS.is_terminal
     assert all(s.is_terminal for s in RunStatus if s is not RunStatus.IN_PROGRESS)
 

@@ -52,6 +52,9 @@ class _RecordingOp:
                 if isinstance(item, sa.Column) and item.name == column:
                     item.name = item.key = new_column_name
 
+    def add_column(self, table: str, column: sa.Column[Any], **_: Any) -> None:
+        self.tables[table].append(column)
+
     def execute(self, *_: Any, **__: Any) -> None:
         pass
 

@@ -169,7 +169,7 @@ def _report(session: Session, estimator: Any, run_name: str) -> None:
     record = session.metadata.get_run(EXPERIMENT, run_name)
     _note(f"run {EXPERIMENT}/{run_name} {record.status}: jobs {', '.join(record.jobs)}, "
           f"parameters {dict(sorted(record.parameters.items()))}; its metrics:", style="")
-    emit(metrics_table(session.metadata.metric_summaries(record.owner)))
+    emit(metrics_table(session.metadata.metric_summaries(record.metrics_owner)))
     job_record = job.record()
     line = Text("   job ") + Text(job.name, style="bold") + Text("  ")
     line += status_text(job_record.status)

@@ -87,7 +87,7 @@ def list_runs(
         store.get_experiment(experiment)  # ExperimentNotFound names it
         err().print(f"experiment {experiment} has no runs yet")
         return
-    summaries = {r.run_name: {s.name: s for s in store.metric_summaries(r.owner)} for r in runs}
+    summaries = {r.run_name: {s.name: s for s in store.metric_summaries(r.metrics_owner)} for r in runs}
     metrics = sorted({name for by_name in summaries.values() for name in by_name})
     if sort is not None:
         runs = _sorted_runs(runs, summaries, sort, desc, metrics)
@@ -147,17 +147,17 @@ def show_run(
     """Everything recorded about a run: parameters, tags, artifacts, jobs, metrics and a plot."""
     store = state.session().runs
     record = store.get_run(experiment, run) if experiment else _find_run(store, run)
-    summaries = store.metric_summaries(record.owner)
+    summaries = store.metric_summaries(record.metrics_owner)
     if as_json:
         data = run_json(record)
         data["metrics"] = metrics_json(summaries)
         if metric is not None:
-            metric_plot(store, record.owner, summaries, metric)  # checks the name
+            metric_plot(store, record.metrics_owner, summaries, metric)  # checks the name
             data["series"] = [{"value": p.value, "step": p.step, "timestamp": p.timestamp}
-                              for p in store.get_metrics(record.owner, metric)]
+                              for p in store.get_metrics(record.metrics_owner, metric)]
         print_json(data)
         return
-    plot = metric_plot(store, record.owner, summaries, metric) if summaries else None
+    plot = metric_plot(store, record.metrics_owner, summaries, metric) if summaries else None
     if metric is not None and plot is None:
         from shoal.errors import InvalidArgumentError
 

@@ -36,7 +36,8 @@ def _experiment(body: Mapping[str, Any]) -> ExperimentRecord:
     created = _time(body["created_at"])
     assert created is not None
     return ExperimentRecord(body["name"], body["display_name"], created,
-                            tags=dict(body["tags"]), run_count=int(body["run_count"]))
+                            tags=dict(body["tags"]), run_count=int(body["run_count"]),
+                            owner=str(body["owner"]))
 
 
 def _artifact(body: Mapping[str, Any]) -> RunArtifact:
@@ -51,7 +52,8 @@ def _run(body: Mapping[str, Any]) -> RunRecord:
                      RunStatus(body["status"]), created, _time(body["ended_at"]),
                      parameters=dict(body["parameters"]), tags=dict(body["tags"]),
                      jobs=tuple(body["jobs"]),
-                     artifacts=tuple(_artifact(a) for a in body["artifacts"]))
+                     artifacts=tuple(_artifact(a) for a in body["artifacts"]),
+                     owner=str(body["owner"]))
 
 
 def _point(p: Sequence[Any]) -> MetricPoint:
@@ -80,7 +82,9 @@ class HttpRunStore:
     # --- experiments --------------------------------------------------------------------
 
     def ensure_experiment(self, name: str, *, display_name: str | None = None,
-                          tags: Mapping[str, str] | None = None) -> ExperimentRecord:
+                          tags: Mapping[str, str] | None = None,
+                          owner: str = "local") -> ExperimentRecord:
+        # *owner* is not sent: the server records its caller's user.
         return _experiment(self._http.call("PUT", f"/experiments/{_q(name)}", json={
             "display_name": display_name, "tags": dict(tags or {})}))
 
@@ -103,7 +107,8 @@ class HttpRunStore:
 
     def create_run(self, experiment_name: str, run_name: str, *,
                    display_name: str | None = None,
-                   tags: Mapping[str, str] | None = None) -> RunRecord:
+                   tags: Mapping[str, str] | None = None, owner: str = "local") -> RunRecord:
+        # *owner* is not sent: the server records its caller's user.
         return _run(self._http.call("POST", f"/experiments/{_q(experiment_name)}/runs", json={
             "run_name": run_name, "display_name": display_name, "tags": dict(tags or {})}))
 

@@ -256,6 +256,9 @@ class EndpointRecord:
     #: on Ray Serve the application (``backend: "ray-serve"``, ``application``,
     #: ``route_prefix``), whose prefix every instance address serves under.
     supervisor: Mapping[str, Any] = field(default_factory=dict)
+    #: The user who created it (``local`` without a team server, and for rows older than
+    #: schema 0007).
+    owner: str = "local"
 
     def __post_init__(self) -> None:
         prefix = str(self.supervisor.get("route_prefix") or "")

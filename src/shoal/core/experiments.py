@@ -107,6 +107,9 @@ class ExperimentRecord:
     created_at: datetime
     tags: Mapping[str, str] = field(default_factory=dict)
     run_count: int = 0
+    #: The user who created it (``local`` without a team server, and for rows older than
+    #: schema 0007).
+    owner: str = "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +126,13 @@ class RunRecord:
     tags: Mapping[str, str] = field(default_factory=dict)
     jobs: tuple[str, ...] = ()
     artifacts: tuple[RunArtifact, ...] = ()
+    #: The user who created it (``local`` without a team server, and for rows older than
+    #: schema 0007).
+    owner: str = "local"
 
     @property
-    def owner(self) -> str:
+    def metrics_owner(self) -> str:
+        """The key of the run's metric series (``run:<experiment>/<run>``)."""
         return run_owner(self.experiment_name, self.run_name)
 
 

@@ -358,6 +358,9 @@ class JobRecord:
     handle: Mapping[str, Any] = field(default_factory=dict)
     env_setup_seconds: float | None = None
     events: tuple[JobEvent, ...] = ()
+    #: The user who submitted it (``local`` without a team server, and for rows older than
+    #: schema 0007).
+    owner: str = "local"
 
     @property
     def is_terminal(self) -> bool:

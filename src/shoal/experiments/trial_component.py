@@ -102,7 +102,7 @@ class _TrialComponent:
 
     @classmethod
     def _from_run(cls, run: RunRecord, store: RunStore) -> _TrialComponent:
-        summaries = store.metric_summaries(run.owner)
+        summaries = store.metric_summaries(run.metrics_owner)
         return cls(
             trial_component_name=f"{run.experiment_name}-{run.run_name}",
             display_name=run.display_name, status={"PrimaryStatus": str(run.status)},

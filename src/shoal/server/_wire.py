@@ -50,6 +50,7 @@ class ExperimentOut(_Out):
     created_at: datetime
     tags: dict[str, str]
     run_count: int
+    owner: str
 
 
 class ArtifactIn(BaseModel):
@@ -81,6 +82,7 @@ class RunOut(_Out):
     tags: dict[str, str]
     jobs: list[str]
     artifacts: list[ArtifactOut]
+    owner: str
 
 
 class EndIn(BaseModel):

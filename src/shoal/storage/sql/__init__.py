@@ -191,13 +191,15 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
 
     # --- jobs -------------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec, *, key_salt: str, backend: str) -> JobRecord:
+    def create_job(self, spec: JobSpec, *, key_salt: str, backend: str,
+                   owner: str = "local") -> JobRecord:
         now = _ts(self._clock.now())
         spec_json = json.dumps(spec.to_json(), sort_keys=True)
         with self._db.tx(write=True) as cur:
             try:
                 cur.execute(self._db.sql(_INSERT_JOB), (
-                    spec.name, JobStatus.PENDING.value, spec_json, key_salt, backend, now, now))
+                    spec.name, JobStatus.PENDING.value, spec_json, key_salt, backend, now, now,
+                    owner))
             except self._db.integrity_error as e:
                 raise AlreadyExistsError(f"a job named {spec.name!r} already exists; choose "
                                          "another job_name", job=spec.name) from e
@@ -205,10 +207,10 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         created = _dt(now)
         return JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
                          created_at=created, updated_at=created, backend=backend,
-                         events=(JobEvent(JobStatus.PENDING, created),))
+                         events=(JobEvent(JobStatus.PENDING, created),), owner=owner)
 
     def create_jobs(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
-                    backend: str) -> list[JobRecord]:
+                    backend: str, owner: str = "local") -> list[JobRecord]:
         """Create every job or none, in one transaction."""
         if len(key_salts) != len(specs):
             raise ValueError("create_jobs needs one key salt per spec")
@@ -222,7 +224,8 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         now = _ts(self._clock.now())
         pending = JobStatus.PENDING.value
         rows = [(spec.name, pending, json.dumps(spec.to_json(), sort_keys=True), salt,
-                 backend, now, now) for spec, salt in zip(specs, key_salts, strict=True)]
+                 backend, now, now, owner)
+                for spec, salt in zip(specs, key_salts, strict=True)]
         try:
             with self._db.tx(write=True) as cur:
                 cur.executemany(self._db.sql(_INSERT_JOB), rows)
@@ -237,7 +240,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         event = (JobEvent(JobStatus.PENDING, created),)
         return [JobRecord(name=spec.name, spec=spec, status=JobStatus.PENDING,
                           created_at=created, updated_at=created,
-                          backend=backend, events=event) for spec in specs]
+                          backend=backend, events=event, owner=owner) for spec in specs]
 
     def find_job(self, name: str) -> JobRecord | None:
         with self._db.tx(write=False) as cur:
@@ -426,12 +429,12 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
 
 _COLUMNS = ("name", "status", "spec", "backend", "created_at", "updated_at", "started_at",
             "ended_at", "attempt", "failure_kind", "failure_reason", "exit_code", "handle",
-            "env_setup_seconds")
+            "env_setup_seconds", "owner")
 _COL = {c: i for i, c in enumerate(_COLUMNS)}
 _SELECT_JOB = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _SELECT_EVENTS = "SELECT status, at, reason FROM job_events WHERE job_name = ? ORDER BY id"
 _INSERT_JOB = ("INSERT INTO jobs (name, status, spec, key_salt, backend, created_at, updated_at, "
-               "attempt, handle) VALUES (?, ?, ?, ?, ?, ?, ?, 0, '{}')")
+               "owner, attempt, handle) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, '{}')")
 _INSERT_EVENT = "INSERT INTO job_events (job_name, status, at, reason) VALUES (?, ?, ?, ?)"
 
 
@@ -501,6 +504,7 @@ def _record(row: Any, events: Any) -> JobRecord:
         backend=row[c["backend"]],
         handle=json.loads(row[c["handle"]] or "{}"),
         env_setup_seconds=row[c["env_setup_seconds"]],
+        owner=row[c["owner"]],
         events=tuple(JobEvent(JobStatus(e[0]), _dt(e[1]), e[2])
                      for e in events),
     )

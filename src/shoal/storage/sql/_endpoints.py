@@ -27,7 +27,7 @@ from shoal.storage.sql._dbapi import Dbapi
 __all__ = ["EndpointTables"]
 
 _COLUMNS = ("name", "status", "model_data", "config", "failure_reason", "supervisor",
-            "created_at", "updated_at")
+            "created_at", "updated_at", "owner")
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM endpoints"
 _SELECT_INSTANCES = ("SELECT endpoint_name, instance_index, host, port, pid, status, restarts "
                      "FROM endpoint_instances")
@@ -48,24 +48,25 @@ class EndpointTables:
     _db: Dbapi
     _clock: Clock
 
-    def create_endpoint(self, name: str, *, model_data: str,
-                        config: EndpointConfig) -> EndpointRecord:
+    def create_endpoint(self, name: str, *, model_data: str, config: EndpointConfig,
+                        owner: str = "local") -> EndpointRecord:
         """A new endpoint, Creating. AlreadyExistsError if one of that name exists."""
         now = self._clock.now().timestamp()
         with self._db.tx(write=True) as cur:
             try:
                 cur.execute(self._db.sql(
                     "INSERT INTO endpoints (name, status, model_data, config, supervisor, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, '{}', ?, ?)"),
+                    "created_at, updated_at, owner) VALUES (?, ?, ?, ?, '{}', ?, ?, ?)"),
                     (name, EndpointStatus.CREATING.value, model_data,
-                     json.dumps(config.to_json(), sort_keys=True), now, now))
+                     json.dumps(config.to_json(), sort_keys=True), now, now, owner))
             except self._db.integrity_error as e:
                 raise AlreadyExistsError(
                     f"an endpoint named {name!r} already exists; delete it first "
                     f"('shoal endpoints delete {name}' or predictor.delete_endpoint()) or "
                     "choose another endpoint_name", endpoint=name) from e
         return EndpointRecord(name=name, status=EndpointStatus.CREATING, model_data=model_data,
-                              config=config, created_at=_dt(now), updated_at=_dt(now))
+                              config=config, created_at=_dt(now), updated_at=_dt(now),
+                              owner=owner)
 
     def find_endpoint(self, name: str) -> EndpointRecord | None:
         with self._db.tx(write=False) as cur:
@@ -171,7 +172,7 @@ def _record(row: Any, instances: Any) -> EndpointRecord:
         name=row[0], status=EndpointStatus(row[1]), model_data=row[2],
         config=EndpointConfig.from_json(json.loads(row[3])), failure_reason=row[4],
         supervisor=json.loads(row[5] or "{}"), created_at=_dt(row[6]),
-        updated_at=_dt(row[7]),
+        updated_at=_dt(row[7]), owner=row[8],
         instances=tuple(EndpointInstance(index=i[1], host=i[2], port=i[3], pid=i[4],
                                          status=InstanceStatus(i[5]), restarts=i[6])
                         for i in instances))

@@ -57,13 +57,16 @@ class RunTables:
     # --- experiments --------------------------------------------------------------------
 
     def ensure_experiment(self, name: str, *, display_name: str | None = None,
-                          tags: Mapping[str, str] | None = None) -> ExperimentRecord:
-        """The experiment *name*, created with *display_name* and *tags* if it is new."""
+                          tags: Mapping[str, str] | None = None,
+                          owner: str = "local") -> ExperimentRecord:
+        """The experiment *name*, created with *display_name*, *tags* and *owner* if it is
+        new (an existing one keeps its own)."""
         with self._db.tx(write=True) as cur:
             cur.execute(self._db.sql(
-                "INSERT INTO experiments (name, display_name, tags, created_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING"),
-                (name, display_name, json.dumps(dict(tags or {}), sort_keys=True), self._now()))
+                "INSERT INTO experiments (name, display_name, tags, created_at, owner) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING"),
+                (name, display_name, json.dumps(dict(tags or {}), sort_keys=True), self._now(),
+                 owner))
             record = self._experiment(cur, name)
         assert record is not None  # inserted, or there already, in this transaction
         return record
@@ -82,14 +85,14 @@ class RunTables:
     def list_experiments(self) -> list[ExperimentRecord]:
         """Every experiment, newest first, with its number of runs."""
         with self._db.tx(write=False) as cur:
-            cur.execute(_SELECT_EXPERIMENTS + " GROUP BY e.name, e.display_name, e.tags, "
-                        "e.created_at ORDER BY e.created_at DESC, e.name")
+            cur.execute(_SELECT_EXPERIMENTS + " GROUP BY " + _EXPERIMENT_GROUP +
+                        " ORDER BY e.created_at DESC, e.name")
             rows = cur.fetchall()
         return [_experiment_record(r) for r in rows]
 
     def _experiment(self, cur: DBAPICursor, name: str) -> ExperimentRecord | None:
-        cur.execute(self._db.sql(_SELECT_EXPERIMENTS + " WHERE e.name = ? GROUP BY e.name, "
-                                 "e.display_name, e.tags, e.created_at"), (name,))
+        cur.execute(self._db.sql(_SELECT_EXPERIMENTS + " WHERE e.name = ? GROUP BY " +
+                                 _EXPERIMENT_GROUP), (name,))
         row = cur.fetchone()
         return None if row is None else _experiment_record(row)
 
@@ -97,7 +100,7 @@ class RunTables:
 
     def create_run(self, experiment_name: str, run_name: str, *,
                    display_name: str | None = None,
-                   tags: Mapping[str, str] | None = None) -> RunRecord:
+                   tags: Mapping[str, str] | None = None, owner: str = "local") -> RunRecord:
         """A new run, in progress. AlreadyExistsError if the experiment has one so named."""
         now = self._now()
         with self._db.tx(write=True) as cur:
@@ -109,8 +112,9 @@ class RunTables:
             try:
                 cur.execute(self._db.sql(
                     "INSERT INTO runs (experiment_name, run_name, display_name, status, "
-                    "created_at) VALUES (?, ?, ?, ?, ?) RETURNING id"),
-                    (experiment_name, run_name, display_name, RunStatus.IN_PROGRESS.value, now))
+                    "created_at, owner) VALUES (?, ?, ?, ?, ?, ?) RETURNING id"),
+                    (experiment_name, run_name, display_name, RunStatus.IN_PROGRESS.value, now,
+                     owner))
             except self._db.integrity_error as e:
                 raise AlreadyExistsError(
                     f"experiment {experiment_name!r} already has a run named {run_name!r}",
@@ -123,7 +127,7 @@ class RunTables:
                                 [(run_id, str(k), str(v)) for k, v in tags.items()])
         return RunRecord(experiment_name=experiment_name, run_name=run_name,
                          display_name=display_name, status=RunStatus.IN_PROGRESS,
-                         created_at=_dt(now),
+                         created_at=_dt(now), owner=owner,
                          tags={str(k): str(v) for k, v in (tags or {}).items()})
 
     def find_run(self, experiment_name: str, run_name: str) -> RunRecord | None:
@@ -231,7 +235,7 @@ class RunTables:
     def _load_runs(self, cur: DBAPICursor, where: str, params: tuple[Any, ...]) -> list[RunRecord]:
         sql = self._db.sql
         cur.execute(sql(f"SELECT r.id, r.experiment_name, r.run_name, r.display_name, "
-                        f"r.status, r.created_at, r.ended_at FROM runs r WHERE {where} "
+                        f"r.status, r.created_at, r.ended_at, r.owner FROM runs r WHERE {where} "
                         "ORDER BY r.created_at, r.id"), params)
         rows = cur.fetchall()
         if not rows:
@@ -300,8 +304,9 @@ class RunTables:
                 for n, c, lo, hi, avg in stats]
 
 
-_SELECT_EXPERIMENTS = ("SELECT e.name, e.display_name, e.tags, e.created_at, COUNT(r.id) "
-                       "FROM experiments e LEFT JOIN runs r ON r.experiment_name = e.name")
+_SELECT_EXPERIMENTS = ("SELECT e.name, e.display_name, e.tags, e.created_at, COUNT(r.id), "
+                       "e.owner FROM experiments e LEFT JOIN runs r ON r.experiment_name = e.name")
+_EXPERIMENT_GROUP = "e.name, e.display_name, e.tags, e.created_at, e.owner"
 _UPSERT_TAG = ("INSERT INTO run_tags (run_id, key, value) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value")
 # Steps without a value sort first on both databases (PostgreSQL puts NULLs last by default).
@@ -326,14 +331,14 @@ def _run_not_found(experiment_name: str, run_name: str) -> RunNotFound:
 def _experiment_record(row: Any) -> ExperimentRecord:
     return ExperimentRecord(name=row[0], display_name=row[1], tags=json.loads(row[2] or "{}"),
                             created_at=_dt(row[3]),
-                            run_count=int(row[4]))
+                            run_count=int(row[4]), owner=row[5])
 
 
 def _run_record(row: Any, children: Mapping[str, list[Any]]) -> RunRecord:
     return RunRecord(
         experiment_name=row[1], run_name=row[2], display_name=row[3],
         status=RunStatus(row[4]), created_at=_dt(row[5]),
-        ended_at=_dt(row[6]),
+        ended_at=_dt(row[6]), owner=row[7],
         parameters={n: json.loads(v) for n, v in children["run_parameters"]},
         tags={k: v for k, v in children["run_tags"]},
         artifacts=tuple(RunArtifact(name=n, value=v, media_type=m, is_output=bool(o),

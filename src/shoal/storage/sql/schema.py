@@ -16,7 +16,7 @@ __all__ = ["SCHEMA_REVISION", "api_tokens", "endpoint_instances", "endpoints", "
            "run_tags", "runs", "users"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 metadata = sa.MetaData()
 
@@ -24,6 +24,10 @@ metadata = sa.MetaData()
 def _in(column: str, values: type[StrEnum], *, name: str | None = None) -> sa.CheckConstraint:
     allowed = ", ".join(f"'{v.value}'" for v in values)
     return sa.CheckConstraint(f"{column} IN ({allowed})", name=name or f"ck_{column}_valid")
+
+
+def _owner() -> sa.Column[str]:
+    return sa.Column("owner", sa.String(64), nullable=False, server_default="local")
 
 
 jobs = sa.Table(
@@ -45,6 +49,8 @@ jobs = sa.Table(
     sa.Column("exit_code", sa.Integer),
     sa.Column("handle", sa.Text, nullable=False, default="{}"),
     sa.Column("env_setup_seconds", sa.Float),
+    # The user who created the row (revision 0007): "local" without a team server.
+    _owner(),
     _in("status", JobStatus),
     sa.Index("ix_jobs_status", "status"),
     sa.Index("ix_jobs_created_at", "created_at"),
@@ -83,6 +89,8 @@ experiments = sa.Table(
     sa.Column("display_name", sa.String(255)),
     sa.Column("tags", sa.Text, nullable=False, default="{}"),
     sa.Column("created_at", sa.Float, nullable=False),
+    # The user who created the row (revision 0007): "local" without a team server.
+    _owner(),
 )
 
 runs = sa.Table(
@@ -95,6 +103,8 @@ runs = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("ended_at", sa.Float),
+    # The user who created the row (revision 0007): "local" without a team server.
+    _owner(),
     sa.UniqueConstraint("experiment_name", "run_name", name="uq_runs_experiment_run"),
     _in("status", RunStatus, name="ck_runs_status_valid"),
 )
@@ -165,6 +175,8 @@ endpoints = sa.Table(
     sa.Column("supervisor", sa.Text, nullable=False, default="{}"),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    # The user who created the row (revision 0007): "local" without a team server.
+    _owner(),
     _in("status", EndpointStatus, name="ck_endpoints_status_valid"),
 )
 
