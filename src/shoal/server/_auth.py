@@ -63,6 +63,7 @@ class Authorizer:
                 f"{action} ({request.method} {request.url.path}) needs a {needed.value} token",
                 action=action, scope=token.scope.value, needs=needed.value, user=token.user)
         request.state.principal = token
+        request.state.users = self._store  # for the owner checks (server/_owners.py)
         return token
 
     def _job_token(self, request: Request) -> JobToken | None:

@@ -1,0 +1,116 @@
+"""Owners through a real ``shoal server`` process: records carry the token's user; only the
+owner or an admin changes or deletes; everyone reads everything."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shoal.client import HttpRunStore
+from shoal.core import MetricPoint, RunArtifact, RunStatus, run_owner
+from shoal.errors import PermissionDeniedError
+
+
+def _token(server: Any, user: str, name: str, *extra: str) -> str:
+    made = server.cli("tokens", "create", "--user", user, "--name", name, "--create-user",
+                      *extra)
+    assert made.returncode == 0, made.stderr
+    return str(made.stdout.strip())
+
+
+class Users(dict[str, HttpRunStore]):
+    """Stores of two writers (ann-TAG, bob-TAG), bob's read token and the admin."""
+
+    tag: str
+
+
+@pytest.fixture
+def users(shoal_server: Any) -> Iterator[Users]:
+    stores = Users()
+    stores.tag = tag = uuid.uuid4().hex[:6]
+    for key, user, scope in (("a", "ann", "write"), ("b", "bob", "write"),
+                             ("b-read", "bob", "read")):
+        token = _token(shoal_server, f"{user}-{tag}", scope, "--scope", scope)
+        stores[key] = HttpRunStore.open(shoal_server.url, token)
+    stores["admin"] = HttpRunStore.open(shoal_server.url, shoal_server.admin_token)
+    yield stores
+    for store in stores.values():
+        store.close()
+
+
+def test_runs_and_experiments_are_owned_by_the_tokens_user(users: Users) -> None:
+    tag = users.tag
+    exp = users["b"].ensure_experiment(f"own-{tag}")
+    run = users["b"].create_run(exp.name, "r1")
+    assert (exp.owner, run.owner) == (f"bob-{tag}", f"bob-{tag}")
+    # Everyone reads everything, with the owner on the record.
+    assert users["a"].get_run(exp.name, "r1").owner == f"bob-{tag}"
+    assert users["a"].get_experiment(exp.name).owner == f"bob-{tag}"
+    # The owner argument of the port is not sent: the server records its caller.
+    other = users["a"].create_run(exp.name, "r2", owner="someone-else")
+    assert other.owner == f"ann-{tag}"
+
+
+def test_user_a_cannot_delete_or_change_user_bs_run_and_is_told_whose_it_is(users: Users) -> None:
+    tag = users.tag
+    exp = users["b"].ensure_experiment(f"deny-{tag}").name
+    users["b"].create_run(exp, "r1")
+    a = users["a"]
+    attempts = {
+        "delete": lambda: a.delete_run(exp, "r1"),
+        "end": lambda: a.end_run(exp, "r1", status=RunStatus.COMPLETED),
+        "resume": lambda: a.resume_run(exp, "r1"),
+        "set parameters of": lambda: a.set_run_parameters(exp, "r1", {"lr": 0.1}),
+        "set tags of": lambda: a.set_run_tags(exp, "r1", {"k": "v"}),
+        "add an artifact to": lambda: a.add_run_artifact(exp, "r1", RunArtifact("m", "s3://x")),
+        "link a job to": lambda: a.link_run_job(exp, "r1", "some-job"),
+        "write metrics of": lambda: a.add_metrics(run_owner(exp, "r1"),
+                                                  [MetricPoint("loss", 1.0, 1.0)]),
+    }
+    for action, attempt in attempts.items():
+        with pytest.raises(PermissionDeniedError) as info:
+            attempt()
+        text = str(info.value)
+        assert f"user 'ann-{tag}' may not {action} run 'r1'" in text, text
+        assert f"belongs to 'bob-{tag}'" in text, text
+        assert info.value.details["owner"] == f"bob-{tag}"
+        assert info.value.details["action"] == action
+    with pytest.raises(PermissionDeniedError, match=f"may not delete experiment .*bob-{tag}"):
+        a.delete_experiment(exp)
+    record = users["b"].get_run(exp, "r1")  # nothing changed
+    assert (record.status, dict(record.parameters), dict(record.tags), record.jobs) == (
+        RunStatus.IN_PROGRESS, {}, {}, ())
+    assert users["b"].get_metrics(run_owner(exp, "r1")) == []
+    # The owner may; and an experiment holding another user's run is not B's to delete.
+    users["b"].end_run(exp, "r1", status=RunStatus.COMPLETED)
+    users["a"].create_run(exp, "ann-run")
+    with pytest.raises(PermissionDeniedError, match="its run 'ann-run'"):
+        users["b"].delete_experiment(exp)
+
+
+def test_an_admin_may_change_and_delete_another_users_run(users: Users) -> None:
+    tag = users.tag
+    exp = users["b"].ensure_experiment(f"admin-{tag}").name
+    users["b"].create_run(exp, "r1")
+    users["a"].create_run(exp, "r2")
+    admin = users["admin"]
+    admin.set_run_tags(exp, "r1", {"checked": "yes"})
+    admin.end_run(exp, "r1", status=RunStatus.STOPPED)
+    assert users["b"].get_run(exp, "r1").status is RunStatus.STOPPED
+    assert admin.delete_run(exp, "r1") is True
+    assert admin.delete_experiment(exp) == 1  # r2 of another user too
+    assert users["b"].find_experiment(exp) is None
+
+
+def test_a_read_token_that_tries_to_write_is_403_even_on_its_users_own_run(users: Users) -> None:
+    tag = users.tag
+    exp = users["b"].ensure_experiment(f"read-{tag}").name
+    users["b"].create_run(exp, "r1")
+    with pytest.raises(PermissionDeniedError, match="has scope read.*needs a write token"):
+        users["b-read"].end_run(exp, "r1", status=RunStatus.COMPLETED)
+    with pytest.raises(PermissionDeniedError, match="needs a write token"):
+        users["b-read"].delete_run(exp, "r1")
+    assert users["b-read"].get_run(exp, "r1").status is RunStatus.IN_PROGRESS
