@@ -56,8 +56,9 @@ class HttpEndpointStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create_endpoint(self, name: str, *, model_data: str,
-                        config: EndpointConfig) -> EndpointRecord:
+    def create_endpoint(self, name: str, *, model_data: str, config: EndpointConfig,
+                        owner: str = "local") -> EndpointRecord:
+        # *owner* is not sent: the server records its caller's user.
         return endpoint_record(self._http.call("POST", "/endpoints", json={
             "name": name, "model_data": model_data, "config": config.to_json()}))
 

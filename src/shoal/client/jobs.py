@@ -81,12 +81,14 @@ class HttpJobStore:
 
     # --- records ------------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec, *, key_salt: str, backend: str) -> JobRecord:
+    def create_job(self, spec: JobSpec, *, key_salt: str, backend: str,
+                   owner: str = "local") -> JobRecord:
+        # *owner* is not sent: the server records its caller's user.
         return job_record(self._http.call("POST", "/jobs", json={
             "spec": spec.to_json(), "key_salt": key_salt, "backend": backend}))
 
     def create_jobs(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
-                    backend: str) -> list[JobRecord]:
+                    backend: str, owner: str = "local") -> list[JobRecord]:
         if len(key_salts) != len(specs):
             raise ValueError("create_jobs needs one key salt per spec")
         if not specs:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from shoal.core.endpoints import EndpointConfig
 from shoal.core.ports import EndpointStore
+from shoal.server._owners import caller
 from shoal.server._wire_endpoints import (
     EndpointIn,
     EndpointOut,
@@ -28,9 +29,10 @@ def endpoint_routes(store: EndpointStore) -> APIRouter:
     api = APIRouter(tags=["endpoints"])
 
     @api.post("/endpoints", status_code=201)
-    def create_endpoint(body: EndpointIn) -> EndpointOut:
+    def create_endpoint(request: Request, body: EndpointIn) -> EndpointOut:
         return EndpointOut.of(store.create_endpoint(
-            body.name, model_data=body.model_data, config=EndpointConfig.from_json(body.config)))
+            body.name, model_data=body.model_data, config=EndpointConfig.from_json(body.config),
+            owner=caller(request)))
 
     @api.get("/endpoints")
     def list_endpoints() -> list[EndpointOut]:

@@ -14,6 +14,7 @@ from shoal.core.jobs import JobSpec, JobStatus
 from shoal.core.ports import JobQuery, JobStore
 from shoal.errors import InvalidArgumentError
 from shoal.server._auth import require_jobs
+from shoal.server._owners import caller
 from shoal.server._wire_jobs import (
     ChangesIn,
     CreateIn,
@@ -36,17 +37,18 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
     api = APIRouter(tags=["jobs"])
 
     @api.post("/jobs", status_code=201)
-    def create_job(body: CreateIn) -> JobOut:
+    def create_job(request: Request, body: CreateIn) -> JobOut:
         return JobOut.of(store.create_job(body.job_spec(), key_salt=body.key_salt,
-                                          backend=body.backend))
+                                          backend=body.backend, owner=caller(request)))
 
     @api.post("/job-batches", status_code=201)
-    def create_jobs(body: CreateManyIn) -> list[JobOut]:
+    def create_jobs(request: Request, body: CreateManyIn) -> list[JobOut]:
         if len(body.key_salts) != len(body.specs):
             raise InvalidArgumentError(f"create_jobs needs one key salt per spec: "
                                        f"{len(body.specs)} specs, {len(body.key_salts)} salts")
         records = store.create_jobs([JobSpec.from_json(s) for s in body.specs],
-                                    key_salts=body.key_salts, backend=body.backend)
+                                    key_salts=body.key_salts, backend=body.backend,
+                                    owner=caller(request))
         return [JobOut.of(r) for r in records]
 
     @api.get("/jobs")
