@@ -227,5 +227,6 @@ def _check_server_section(out: str) -> None:
     assert job is not None, section
     assert re.search(r"hello from \S+ under \S+/server$", section, re.M), section
     assert "jobs describe: status completed" in section
+    assert "jobs describe: owner alice" in section  # the token's user
     assert "on the server (True)" in section and "holds nothing (True)" in section
     assert "a wrong token: error: the API token is not known to this server" in section

@@ -114,3 +114,35 @@ def test_a_read_token_that_tries_to_write_is_403_even_on_its_users_own_run(users
     with pytest.raises(PermissionDeniedError, match="needs a write token"):
         users["b-read"].delete_run(exp, "r1")
     assert users["b-read"].get_run(exp, "r1").status is RunStatus.IN_PROGRESS
+
+
+def test_only_a_jobs_owner_or_an_admin_cancels_or_deletes_it(shoal_server: Any) -> None:
+    from shoal.client import HttpJobStore
+    from shoal.core import JobName, JobSpec, JobStatus
+
+    tag = uuid.uuid4().hex[:6]
+    stores = {key: HttpJobStore.open(shoal_server.url, _token(
+        shoal_server, f"{user}-{tag}", f"jobs-{key}", "--scope", "write"))
+        for key, user in (("a", "ann"), ("b", "bob"))}
+    admin = HttpJobStore.open(shoal_server.url, shoal_server.admin_token)
+    try:
+        made = stores["b"].create_job(JobSpec(name=JobName(f"bobs-{tag}"),
+                                              function_name="operator.add"),
+                                      key_salt="00" * 16, backend="local")
+        assert made.owner == f"bob-{tag}"
+        assert stores["a"].get_job(made.name).owner == f"bob-{tag}"  # everyone reads
+        for action, attempt in (
+                ("cancel", lambda: stores["a"].update_job(made.name, status=JobStatus.STOPPED,
+                                                          reason="not mine")),
+                ("delete", lambda: stores["a"].delete_jobs([made.name]))):
+            with pytest.raises(PermissionDeniedError) as info:
+                attempt()
+            assert f"user 'ann-{tag}' may not {action} job '{made.name}'" in str(info.value)
+            assert f"belongs to 'bob-{tag}'" in str(info.value)
+        assert stores["a"].get_job(made.name).status == JobStatus.PENDING  # nothing changed
+        admin.update_job(made.name, status=JobStatus.STOPPED, reason="an admin may")
+        assert stores["b"].get_job(made.name).status == JobStatus.STOPPED
+        assert stores["b"].delete_jobs([made.name]) == [made.name]
+    finally:
+        for store in (*stores.values(), admin):
+            store.close()

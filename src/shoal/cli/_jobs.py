@@ -229,7 +229,8 @@ def _describe_sections(r: JobRecord, log_uri: str) -> list[tuple[str, Renderable
                   else f"Ray actor {handle['actor']}" if handle.get("actor")
                   else "not started")
     job: list[tuple[str, RenderableType]] = [
-           ("name", r.name), ("status", status_text(r.status)), ("kind", str(spec.kind)),
+           ("name", r.name), ("status", status_text(r.status)), ("owner", r.owner),
+           ("kind", str(spec.kind)),
            ("function", spec.function_name or "-"),
            ("backend", f"{r.backend} (supervisor {supervisor})"),
            ("created", format_time(r.created_at)), ("started", format_time(r.started_at)),

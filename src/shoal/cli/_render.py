@@ -121,6 +121,7 @@ def record_json(record: JobRecord, *, log_uri: str | None = None) -> dict[str, A
     data: dict[str, Any] = {
         "name": record.name,
         "status": str(record.status),
+        "owner": record.owner,
         "created_at": _iso(record.created_at),
         "updated_at": _iso(record.updated_at),
         "started_at": _iso(record.started_at),

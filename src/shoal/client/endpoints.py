@@ -34,7 +34,7 @@ def endpoint_record(body: Mapping[str, Any]) -> EndpointRecord:
         instances=tuple(EndpointInstance(int(i["index"]), i["host"], int(i["port"]), i["pid"],
                                          InstanceStatus(i["status"]), int(i["restarts"]),
                                          i["path"]) for i in body["instances"]),
-        supervisor=dict(body["supervisor"]))
+        supervisor=dict(body["supervisor"]), owner=str(body.get("owner", "local")))
 
 
 class HttpEndpointStore:

@@ -49,7 +49,7 @@ def job_record(body: Mapping[str, Any]) -> JobRecord:
         backend=body["backend"], handle=dict(body["handle"]),
         env_setup_seconds=body["env_setup_seconds"],
         events=tuple(JobEvent(JobStatus(e["status"]), _at(e["at"]), e["reason"])
-                     for e in body["events"]))
+                     for e in body["events"]), owner=str(body.get("owner", "local")))
 
 
 def _b64(data: bytes) -> str:

@@ -5,6 +5,7 @@ payloads. Each route is one store call, so a compare-and-set (``expected``,
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -13,8 +14,8 @@ from fastapi import APIRouter, Query, Request
 from shoal.core.jobs import JobSpec, JobStatus
 from shoal.core.ports import JobQuery, JobStore
 from shoal.errors import InvalidArgumentError
-from shoal.server._auth import require_jobs
-from shoal.server._owners import caller
+from shoal.server._auth import job_token_of, require_jobs
+from shoal.server._owners import caller, require_owner
 from shoal.server._wire_jobs import (
     ChangesIn,
     CreateIn,
@@ -91,8 +92,19 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
     def job_payload_bytes(name: str) -> dict[str, int]:
         return {"bytes": store.job_payload_bytes(name)}
 
+    def own(request: Request, names: Sequence[str], action: str) -> None:
+        """Only a job's owner (or an admin) changes it; a job token reaches only its own
+        jobs, which its user owns (``require_jobs``)."""
+        require_jobs(request, names, action)
+        if job_token_of(request) is not None or not names:
+            return
+        for found in store.list_jobs(JobQuery(names=list(names), limit=len(names))):
+            require_owner(request, found.owner, action, f"job {found.name!r}")
+
     @api.post(_JOB + "/transitions")
-    def update_job(name: str, body: UpdateIn) -> JobOut | None:
+    def update_job(name: str, body: UpdateIn, request: Request) -> JobOut | None:
+        own(request, [name], "cancel" if body.status in (JobStatus.STOPPING, JobStatus.STOPPED)
+            else "change")
         record = store.update_job(
             name, status=body.status, expected=body.expected, reason=body.reason,
             failure_kind=body.failure_kind, exit_code=body.exit_code, attempt=body.attempt,
@@ -102,20 +114,22 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
 
     @api.post("/job-transitions")
     def update_jobs(body: ChangesIn, request: Request) -> list[bool]:
-        require_jobs(request, [c.name for c in body.changes], "change")
+        own(request, [c.name for c in body.changes], "change")
         return store.update_jobs([c.change() for c in body.changes])
 
     @api.put(_JOB + "/handle", status_code=204)
-    def set_handle(name: str, body: HandleIn) -> None:
+    def set_handle(name: str, body: HandleIn, request: Request) -> None:
+        own(request, [name], "change")
         store.set_handle(name, body.handle)
 
     @api.put("/job-handles")
     def set_handles(body: HandlesIn, request: Request) -> dict[str, JobStatus]:
-        require_jobs(request, body.names, "change")
+        own(request, body.names, "change")
         return store.set_handles(body.names, body.handle)
 
     @api.post("/job-deletions")
-    def delete_jobs(body: DeleteIn) -> list[str]:
+    def delete_jobs(body: DeleteIn, request: Request) -> list[str]:
+        own(request, body.names, "delete")
         return store.delete_jobs(body.names)
 
     return api

@@ -45,6 +45,7 @@ class EndpointOut(BaseModel):
     failure_reason: str | None
     instances: list[InstanceOut]
     supervisor: dict[str, Any]
+    owner: str = "local"
 
     @classmethod
     def of(cls, r: EndpointRecord) -> EndpointOut:
@@ -54,7 +55,7 @@ class EndpointOut(BaseModel):
                    instances=[InstanceOut(index=i.index, host=i.host, port=i.port, pid=i.pid,
                                           status=i.status, restarts=i.restarts, path=i.path)
                               for i in r.instances],
-                   supervisor=dict(r.supervisor))
+                   supervisor=dict(r.supervisor), owner=r.owner)
 
 
 class EndpointIn(BaseModel):

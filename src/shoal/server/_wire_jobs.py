@@ -40,6 +40,7 @@ class JobOut(BaseModel):
     handle: dict[str, Any]
     env_setup_seconds: float | None
     events: list[EventOut]
+    owner: str = "local"
 
     @classmethod
     def of(cls, r: JobRecord) -> JobOut:
@@ -49,7 +50,7 @@ class JobOut(BaseModel):
                    failure_reason=r.failure_reason, exit_code=r.exit_code, backend=r.backend,
                    handle=dict(r.handle), env_setup_seconds=r.env_setup_seconds,
                    events=[EventOut(status=e.status, at=e.at, reason=e.reason)
-                           for e in r.events])
+                           for e in r.events], owner=r.owner)
 
 
 class CreateIn(BaseModel):
