@@ -225,7 +225,7 @@ def _check_server_section(out: str) -> None:
     section = out.split("19. the team server", 1)[1]
     job = re.search(r"job (team-hello-\S+) completed", section)
     assert job is not None, section
-    assert re.search(r"hello from \S+ under \S+/server$", section, re.M), section
+    assert re.search(r"hello from \S+ in \S+/server/work/\S+$", section, re.M), section
     assert "jobs describe: status completed" in section
     assert "jobs describe: owner alice" in section  # the token's user
     assert "on the server (True)" in section and "holds nothing (True)" in section

@@ -120,7 +120,7 @@ def _client_steps(client: dict[str, str], cwd: Path, server_home: Path,
     submitted = _shoal(client, cwd, "jobs", "submit", "--name", "team-hello", "--follow", "--",
                        sys.executable, "-c",
                        "import os, socket; print('hello from', socket.gethostname(), "
-                       "'under', os.environ['SHOAL_HOME'])", merged=True)
+                       "'in', os.getcwd())", merged=True)
     name = next((line.split()[1] for line in submitted.splitlines()
                  if line.startswith("job ") and line.rstrip().endswith("completed")), None)
     for line in submitted.splitlines():
