@@ -378,6 +378,8 @@ def test_contract_estimator_deploys_its_model_data(endpoint_session, tmp_path, o
     assert np.allclose(predictor.predict([[0, 0, 0, 0]]), B[None, :])
 
 
+# Tries to build the model's environment first: on a loaded machine, with Ray, past 120 s.
+@pytest.mark.timeout(360)
 def test_contract_a_model_whose_environment_cannot_be_built_fails(endpoint_session, tmp_path,
                                                                   onnx_dir):
     deps = tmp_path / "requirements.txt"

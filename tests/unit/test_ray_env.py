@@ -12,6 +12,7 @@ def test_nodes_get_token_auth_and_a_patient_serve_proxy_health_check(tmp_path: P
     assert "RAY_AUTH_TOKEN" not in env and env["PATH"] == "/bin"
     # Serve's default (10 s) lost the proxy of a loaded 2-core node mid-deploy.
     assert float(env["RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"]) >= 30
+    assert float(env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) >= 30
 
 
 def test_a_users_own_proxy_health_check_setting_wins(tmp_path: Path) -> None:

@@ -66,6 +66,8 @@ def ray_env(token: Path, base: Mapping[str, str] | None = None) -> dict[str, str
     # which a 2-core node under load does (the proxy died 'killed by ray.kill' mid-deploy);
     # 30 s each keeps a slow proxy, and a user's own setting wins.
     env.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "30")
+    # A new proxy that is not ready within 5 s (Serve's default) is killed the same way.
+    env.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
     return env
 
 
