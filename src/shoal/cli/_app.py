@@ -16,8 +16,6 @@ Errors print one red line (the traceback with ``-v``) and exit with a documented
 
 from __future__ import annotations
 
-import typer
-
 from shoal.cli import (
     _alias,
     _bundle,
@@ -33,20 +31,11 @@ from shoal.cli import (
     _server,
     _workers,
 )
-from shoal.cli._context import EXIT_CODES_HELP
-from shoal.cli._options import global_options
+from shoal.cli._options import root_app
 
 __all__ = ["app"]
 
-app = typer.Typer(
-    name="shoal",
-    help="shoal: run notebook code as tracked jobs, SageMaker-shaped, on this machine.\n\n"
-         + EXIT_CODES_HELP,
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+app = root_app()
 app.add_typer(_jobs.app, name="jobs")
 app.add_typer(_config.app, name="config")
 app.add_typer(_db.app, name="db")
@@ -65,7 +54,6 @@ _endpoints.register_serve(app)
 _jobs.app.command("submit", context_settings=_jobs_admin.SUBMIT_CONTEXT)(_jobs_admin.submit)
 _jobs.app.command("delete")(_jobs_admin.delete)
 app.command("gc")(_jobs_admin.gc)
-app.callback()(global_options)
 
 
 @app.command()

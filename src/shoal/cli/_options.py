@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli._context import state
+from shoal.cli._context import EXIT_CODES_HELP, state
 
-__all__ = ["global_options"]
+__all__ = ["global_options", "root_app"]
 
 
 def _print_version(value: bool) -> None:
@@ -45,3 +45,18 @@ def global_options(
     from shoal._internal.logconfig import configure
 
     configure(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+
+
+def root_app() -> typer.Typer:
+    """The ``shoal`` command with its global options, before its sub-commands are added."""
+    app = typer.Typer(
+        name="shoal",
+        help="shoal: run notebook code as tracked jobs, SageMaker-shaped, on this machine.\n\n"
+             + EXIT_CODES_HELP,
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(global_options)
+    return app
