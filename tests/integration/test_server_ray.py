@@ -15,6 +15,7 @@ import pytest
 
 from helpers import wait_until
 from shoal.core import JobQuery, JobStatus
+from shoal.errors import JobCancelledError
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -64,8 +65,10 @@ def test_remote_map_and_cancel_through_a_server_run_on_its_ray_cluster(
         with open(path, "w") as f:
             f.write(str(os.getpid()))
         print("blocking", flush=True)
-        time.sleep(600)
+        while not os.path.exists(path + ".release"):  # until stopped (or the test is over)
+            time.sleep(0.05)
 
+    pid_file = tmp_path / "blocked.pid"
     session = shoal.Session()
     try:
         with shoal.use(session):
@@ -87,7 +90,6 @@ def test_remote_map_and_cancel_through_a_server_run_on_its_ray_cluster(
             actors = {r.handle["actor"] for r in squares}
             assert len(actors) == 1 and actors.pop().startswith("shoal-warm-")
 
-            pid_file = tmp_path / "blocked.pid"
             with RemoteExecutor(job_name_prefix="blk") as e:
                 future = e.submit(blocked, str(pid_file))
                 wait_until(lambda: future.job_name and b"blocking" in
@@ -98,10 +100,11 @@ def test_remote_map_and_cancel_through_a_server_run_on_its_ray_cluster(
                 assert record.handle["actor"].startswith("shoal-warm-")
                 session.jobs.cancel(record.name)
                 assert session.jobs.wait(record.name, timeout=120).status == JobStatus.STOPPED
-                with pytest.raises(Exception, match="stopped"):
+                with pytest.raises(JobCancelledError):
                     future.result(timeout=60)
             # stopped on the cluster: the job's process is gone (its warm actor stays, idle)
             wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 60,
                        what=f"the job's process {pid} to end")
     finally:
+        (tmp_path / "blocked.pid.release").touch()  # a failed test leaves no job blocked
         session.close()
