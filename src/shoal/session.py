@@ -250,6 +250,15 @@ class Session:
                 self._backend = self._make_backend()
             return self._backend
 
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs this session's jobs (``local``, ``ray``): through a team
+        server (``SHOAL_SERVER_URL``) the server's, asked once; else ``SHOAL_BACKEND``'s."""
+        if self.settings.server_url is not None:
+            return self.jobs.backend.name
+        backend = self.settings.backend
+        return "ray" if backend.startswith("ray://") else backend
+
     def _make_backend(self) -> Backend:
         import importlib
 

@@ -53,6 +53,11 @@ _PREPARE = "shoal.session:warm_supervisor"
 _FROM_CLIENT = (JOB_SECRETS_VAR, "SHOAL_JOB_PROCESS")
 #: The server's store settings: a job reaches the stores through the server only.
 _STORE_VARS = ("SHOAL_METADATA_URL", "SHOAL_ARTIFACT_URL", "SHOAL_SERVER_URL", "SHOAL_TOKEN")
+#: The server's own credentials: object stores', and its Ray cluster's token (Ray's token
+#: authentication: ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN_PATH``, set in the server's process
+#: when it connects). A supervisor needs neither; the launchers of a job's other hosts get
+#: the token from the Ray worker that starts them (``backends/ray.py``), on the node.
+_SERVER_ONLY = ("AWS_", "RAY_AUTH_")
 _MAX_POLL_S = 60.0
 _KEEP_DONE_S = 600.0
 
@@ -81,7 +86,8 @@ class ServerJobs:
     def job_env(self, client: Mapping[str, str], token: str) -> dict[str, str]:
         """A supervisor's environment on this host (see module)."""
         env = {k: v for k, v in self.session.supervisor_env().items()
-               if k not in _STORE_VARS and not k.startswith("AWS_") and not is_secret_name(k)}
+               if k not in _STORE_VARS and not k.startswith(_SERVER_ONLY)
+               and not is_secret_name(k)}
         env.update({k: client[k] for k in _FROM_CLIENT if k in client})
         env.update(SHOAL_HOME=str(self.session.home), SHOAL_SERVER_URL=self.url,
                    SHOAL_TOKEN=token)
