@@ -146,3 +146,48 @@ def test_only_a_jobs_owner_or_an_admin_cancels_or_deletes_it(shoal_server: Any) 
     finally:
         for store in (*stores.values(), admin):
             store.close()
+
+
+def test_only_a_jobs_owner_or_an_admin_launches_stops_or_gets_the_key_of_it(
+        shoal_server: Any) -> None:
+    from shoal.client import HttpJobKeys, HttpJobStore, ServerConnection
+    from shoal.core import JobName, JobSpec, JobStatus
+
+    tag = uuid.uuid4().hex[:6]
+    url = shoal_server.url
+    ann, bob = (ServerConnection(url, _token(shoal_server, f"{user}-{tag}", f"launch-{user}",
+                                             "--scope", "write")) for user in ("ann", "bob"))
+    admin = ServerConnection(url, shoal_server.admin_token)
+    name = f"bobs-launch-{tag}"
+    handle = {"backend": "local", "pid": 4_000_000, "host": "nowhere", "start_ticks": 1}
+    try:
+        bobs = HttpJobStore(bob)
+        bobs.create_job(JobSpec(name=JobName(name), function_name="operator.add"),
+                        key_salt="00" * 16, backend="local")
+        bobs.set_handle(name, handle)
+        attempts = {
+            "launch": lambda: ann.call("POST", "/launches", json={
+                "job": name, "entrypoint": "shoal.session:supervisor_main", "args": [name]}),
+            "stop": lambda: ann.call("POST", "/launches/stop", json={"handle": handle}),
+            "get the key of": lambda: HttpJobKeys(ann).secret(name, "00" * 16),
+        }
+        for action, attempt in attempts.items():
+            with pytest.raises(PermissionDeniedError) as info:
+                attempt()
+            text = str(info.value)
+            assert f"user 'ann-{tag}' may not {action} job '{name}'" in text, text
+            assert f"belongs to 'bob-{tag}'" in text, text
+            assert info.value.details["owner"] == f"bob-{tag}"
+        record = bobs.get_job(name)
+        assert (record.status, dict(record.handle or {})) == (JobStatus.PENDING, handle)
+        # Its owner and an admin get the same key (the owner's); a job nobody recorded yet
+        # gets the caller's own (a client signs payloads before it records the job).
+        key = HttpJobKeys(bob).secret(name, "00" * 16)
+        assert HttpJobKeys(admin).secret(name, "00" * 16) == key
+        assert HttpJobKeys(ann).secret(f"anns-{tag}", "00" * 16) != \
+            HttpJobKeys(bob).secret(f"anns-{tag}", "00" * 16)
+        bobs.update_job(name, status=JobStatus.STOPPED, reason="its owner may")
+        assert bobs.delete_jobs([name]) == [name]
+    finally:
+        for connection in (ann, bob, admin):
+            connection.close()
