@@ -213,3 +213,26 @@ def test_a_job_token_of_a_job_another_user_owns_or_that_is_gone_writes_nothing(s
     with HttpArtifactStore.open(shoal_server.url, tokens.mint("alice", [name])) as files:
         files.put_bytes(f"{name}/x", b"x")
     assert team.artifacts.get_bytes(f"{name}/x") == b"x"
+
+
+def test_a_batch_token_writes_a_jobs_files_only_while_that_job_runs(shoal_server, team):
+    tokens = JobTokens(shoal_server.home / "server" / "job-token-secret")
+    tag = _tag()
+    done, running = f"batch-done-{tag}", f"batch-running-{tag}"
+    for name in (done, running):
+        team.jobs.metadata.create_job(JobSpec(name=JobName(name), function_name="operator.add"),
+                                      key_salt="00" * 16, backend="local")
+    team.jobs.metadata.update_job(done, status=JobStatus.STOPPED, reason="ended")
+    batch = f"{tag}-batch"
+    token = tokens.mint("alice", [done, running], batch)
+    batch_file = f"_batches/{batch[:6]}/{batch}.outcomes-1.pkl"
+    with HttpArtifactStore.open(shoal_server.url, token) as files:
+        with pytest.raises(PermissionDeniedError, match=f"job {done} has ended \\(stopped\\)"):
+            files.put_bytes(f"{done}/x", b"x")
+        files.put_bytes(f"{running}/x", b"x")  # its other job still runs
+        files.put_bytes(batch_file, b"x")  # and so the batch's files are written
+        team.jobs.metadata.update_job(running, status=JobStatus.STOPPED, reason="ended")
+        with pytest.raises(PermissionDeniedError, match="all 2 jobs of batch .* have ended"):
+            files.put_bytes(batch_file, b"y")
+    assert not team.artifacts.exists(f"{done}/x")
+    assert team.artifacts.get_bytes(batch_file) == b"x"

@@ -190,10 +190,22 @@ def _check_job_route(job: JobToken, request: Request,  # noqa: C901 - one rule p
     if not checked and route not in BODY_CHECKED and path not in _HARMLESS:
         _refuse(job, f"call {request.method} {path}")
     if write and grants is not None:
-        ended = grants.why_ended(job)
+        ended = grants.why_ended(job, _named_job(job, request, params))
         if ended is not None:
             _refuse(job, f"{verb} anything ({request.method} {path})",
                     f"{ended}, and a job's token writes nothing once its job has ended")
+
+
+def _named_job(job: JobToken, request: Request, params: dict[str, str]) -> str | None:
+    """The one job of *job*'s a request is about (its path, key or metrics owner), if any."""
+    for param in ("name", "job"):
+        if param in request.path_params:
+            return str(request.path_params[param])
+    named = str(params.get("key") or params.get("prefix") or "").lstrip("/").split("/", 1)[0]
+    owner = str(params.get("owner", ""))
+    if owner.startswith("job:"):
+        named = owner[4:]
+    return named if named in job.jobs else None
 
 
 def _refuse_run(job: JobToken, grants: JobGrants | None, what: str) -> NoReturn:

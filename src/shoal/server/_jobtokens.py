@@ -152,27 +152,29 @@ class JobGrants:
             return False
         return (parts[1], parts[2]) in self.runs(token)
 
-    def why_ended(self, token: JobToken) -> str | None:
-        """None while one of the token's jobs has not ended (and is its user's); else why
-        the token writes nothing more."""
-        why = self._ended.get((token.user, token.jobs))
-        if why is not None:
-            return why
-        live = self._store.list_jobs(JobQuery(names=sorted(token.jobs), statuses=_LIVE,
-                                              limit=1))
+    def why_ended(self, token: JobToken, job: str | None = None) -> str | None:
+        """None while *job* (one of the token's, the one a request names), or else one of
+        the token's jobs, has not ended and is the token user's; else why the token writes
+        nothing more. A batch's token thus writes a job's files only while that job runs,
+        and the batch's own while any of its jobs does."""
+        names = frozenset((job,)) if job is not None and job in token.jobs else token.jobs
+        cached = self._ended.get((token.user, names))
+        if cached is not None:
+            return cached
+        live = self._store.list_jobs(JobQuery(names=sorted(names), statuses=_LIVE, limit=1))
         if live and live[0].owner == token.user:
             return None
         if live:
             why = (f"job {live[0].name}'s record belongs to user {live[0].owner!r}, not to the "
                    f"token's user {token.user!r}")
-        elif len(token.jobs) == 1:
-            [name] = token.jobs
+        elif len(names) == 1:
+            [name] = names
             record = self._store.find_job(name)
             why = f"job {name} has ended ({record.status})" if record is not None else \
                 f"job {name}'s record is gone"
         else:
-            why = f"all {len(token.jobs)} jobs of batch {token.batch or '?'} have ended"
-        _remember(self._ended, (token.user, token.jobs), why, self._size)
+            why = f"all {len(names)} jobs of batch {token.batch or '?'} have ended"
+        _remember(self._ended, (token.user, names), why, self._size)
         return why
 
 
