@@ -191,3 +191,48 @@ def test_only_a_jobs_owner_or_an_admin_launches_stops_or_gets_the_key_of_it(
     finally:
         for connection in (ann, bob, admin):
             connection.close()
+
+
+def test_only_the_owner_reads_what_a_warm_worker_says_about_a_launch(
+        shoal_server: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import shoal
+    from shoal import RemoteExecutor
+    from shoal.client import ServerConnection
+    from shoal.core import JobQuery
+
+    tag = uuid.uuid4().hex[:6]
+    bob = _token(shoal_server, f"bob-{tag}", "warm-bob", "--scope", "write")
+    ann = _token(shoal_server, f"ann-{tag}", "warm-ann", "--scope", "write")
+    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "bob-home"))
+    monkeypatch.setenv("SHOAL_SERVER_URL", shoal_server.url)
+    monkeypatch.setenv("SHOAL_TOKEN", bob)
+    session = shoal.Session()
+    try:
+        with shoal.use(session), RemoteExecutor(keep_alive_period_in_seconds=30,
+                                                max_parallel_jobs=1) as e:
+            assert e.submit(pow, 2, 5).result(timeout=120) == 32  # starts the warm worker
+            assert e.submit(pow, 3, 2).result(timeout=120) == 9  # which takes this one
+        records = session.jobs.metadata.list_jobs(JobQuery(name_prefix="pow-", limit=100))
+        # a launch is named by its job, or by its batch when handed over as one
+        launches = {r.name for r in records} | {r.spec.batch.id for r in records
+                                                if r.spec.batch is not None}
+        with ServerConnection(shoal_server.url, bob) as http:
+            said = {name: http.call("GET", f"/launches/{name}/messages",
+                                    params={"timeout": "0"}) for name in launches}
+        # the server holds the claim of what was handed to the warm worker (not lost)
+        [claimed] = [name for name, out in said.items() if out["done"] and not out["lost"]]
+        with ServerConnection(shoal_server.url, ann) as http:
+            with pytest.raises(PermissionDeniedError) as info:
+                http.call("GET", f"/launches/{claimed}/messages", params={"timeout": "0"})
+        text = str(info.value)
+        assert f"user 'ann-{tag}' may not read the messages of launch '{claimed}'" in text
+        assert f"belongs to 'bob-{tag}'" in text
+        with ServerConnection(shoal_server.url, shoal_server.admin_token) as http:  # may
+            assert http.call("GET", f"/launches/{claimed}/messages",
+                             params={"timeout": "0"})["done"] is True
+    finally:
+        session.close()

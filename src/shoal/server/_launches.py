@@ -26,7 +26,7 @@ from shoal.core.auth import ApiToken
 from shoal.core.jobs import JobName
 from shoal.core.ports import ExecContext, JobStore, JobWaiter
 from shoal.core.secrets import JOB_SECRETS_VAR, is_secret_name
-from shoal.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from shoal.errors import InvalidArgumentError, NotFoundError
 from shoal.server._jobtokens import JobGrants, JobTokens
 from shoal.server._owners import require_owner
 from shoal.server._signals import Signals
@@ -224,10 +224,8 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         claim = jobs.claim(launch)
         if claim is None:  # the server restarted since, or no warm worker took it
             return MessagesOut(messages=[], done=True, lost=True)
-        user = _principal(request).user
-        if claim.user != user:
-            raise PermissionDeniedError(f"launch {launch} is user {claim.user!r}'s, not "
-                                        f"{user!r}'s", action="read_launch", user=user)
+        # its jobs' owner's (or an admin's, who may have launched them)
+        require_owner(request, claim.user, "read the messages of", f"launch {launch!r}")
         deadline = time.monotonic() + min(timeout, _MAX_POLL_S)
         while len(claim.messages) <= after and not claim.done:
             left = deadline - time.monotonic()
