@@ -61,7 +61,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         return info
 
     authorized = APIRouter(dependencies=[Depends(Authorizer(
-        auth, None if server_jobs is None else server_jobs.tokens))])
+        auth, None if server_jobs is None else server_jobs.tokens,
+        None if server_jobs is None else server_jobs.grants))])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
