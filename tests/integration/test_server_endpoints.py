@@ -5,7 +5,8 @@ real HTTP with real tokens.
 
 The ONNX model of tests/integration/test_endpoints.py, deployed from the client's disk (it goes
 up through the server's artifact store); owners (another user's delete is 403 naming the
-owner); ``Estimator.deploy`` of a model its job trained on the server; a failing model's reason through the server and a refused deploy that records
+owner); ``Estimator.deploy`` of a model its job trained on the server; a failing model's reason
+and a gone supervisor's, seen by another user through the server and a refused deploy that records
 nothing; and model servers that receive none of the server's credentials.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -244,6 +246,34 @@ def test_a_failing_model_shows_its_failure_through_the_server(shoal_server, clie
     assert service.find(name) is None
     assert not endpoint_dir(shoal_server.home, name).exists()
     assert not session.artifacts.list_keys(f"endpoints/{name}/code")
+
+
+def test_a_reader_sees_an_endpoint_whose_supervisor_is_gone_fail(shoal_server, client,
+                                                                  tmp_path, onnx_dir):
+    alice = _client_env(tmp_path, shoal_server.url, _token(shoal_server, "alice"), "alice")
+    client(alice)
+    predictor = Model(model_data=str(onnx_dir)).deploy()
+    record = predictor.describe()
+    os.kill(int(record.supervisor["pid"]), signal.SIGKILL)  # on the server's host (this one)
+    bob = _client_env(tmp_path, shoal_server.url, _token(shoal_server, "bob"), "bob")
+
+    errors: list[str] = []
+
+    def failed_for_bob() -> dict[str, Any] | None:
+        listed = _cli(bob, "endpoints", "list", "--json")
+        if listed.returncode != 0:
+            errors.append(listed.stderr)
+            return None
+        [mine] = [r for r in json.loads(listed.stdout) if r["name"] == record.name]
+        return mine if mine["status"] == "Failed" else None
+
+    shown = wait_until(failed_for_bob, 60, what="bob seeing the endpoint Failed")
+    assert not errors, errors  # a reader's look never fails on the owner's record (403)
+    assert "supervisor" in shown["failure_reason"] and shown["owner"] == "alice"
+    wait_until(lambda: not any(_answers(u) for u in record.urls), 30,
+               what="its model server gone with its supervisor")
+    predictor.delete_endpoint()
+    assert not endpoint_dir(shoal_server.home, record.name).exists()
 
 
 ENV_HANDLER = """

@@ -39,6 +39,7 @@ from shoal.errors import (
     EndpointNotFound,
     InvalidArgumentError,
     InvalidTransitionError,
+    PermissionDeniedError,
     ServingError,
 )
 
@@ -197,6 +198,8 @@ class EndpointService:
             return self._record_view(record, view)
         except (InvalidTransitionError, EndpointNotFound):
             return self.metadata.find_endpoint(record.name)  # moved on meanwhile
+        except PermissionDeniedError:  # another user's, on a team server (which says it)
+            return self.metadata.find_endpoint(record.name)
 
     def _record_view(self, record: EndpointRecord, view: RuntimeView) -> EndpointRecord:
         name = record.name

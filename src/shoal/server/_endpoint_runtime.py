@@ -12,9 +12,10 @@ the server's artifact store (never a path or URL of the server's host that the d
 could not read themselves). The server seals the handle it records (HMAC under
 ``<server home>/server/endpoint-seal-secret``): it looks at and stops only runtimes it
 started, never a process a client's handle names. ``GET .../runtime`` is one look
-(``RuntimeView``); when the runtime is gone or failed the server stops what is left of its
-model servers (only processes serving from that endpoint's directory) and, for a Deleting
-one, removes its directory; ``DELETE .../runtime`` stops it and does the same.
+(``RuntimeView``, anyone's); when the runtime is gone or failed the server stops what is left
+of its model servers (only processes serving from that endpoint's directory), marks a live
+endpoint Failed with the reason (a reader's client may not) and, for a Deleting one, removes
+its directory; ``DELETE .../runtime`` stops it and does the same.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ from shoal.core.endpoints import (
     endpoint_key,
 )
 from shoal.core.ports import EndpointStore
-from shoal.errors import BackendUnavailableError, InvalidArgumentError, InvalidTransitionError
+from shoal.errors import (
+    BackendUnavailableError,
+    EndpointNotFound,
+    InvalidArgumentError,
+    InvalidTransitionError,
+)
 from shoal.server._owners import require_owner
 from shoal.server._wire_endpoints import CheckIn, GoneOut, HandleOut, RuntimeIn, RuntimeOut
 
@@ -177,8 +183,13 @@ def runtime_routes(endpoints: ServerEndpoints) -> APIRouter:
             return RuntimeOut.of(RuntimeView(RuntimeState.UNCHANGED))
         view = backend.refresh(record)
         if view.state in (RuntimeState.FAILED, RuntimeState.GONE):
-            endpoints.clean_up(record, files=view.state == RuntimeState.GONE
-                               and record.status == EndpointStatus.DELETING)
+            deleting = record.status == EndpointStatus.DELETING
+            endpoints.clean_up(record, files=view.state == RuntimeState.GONE and deleting)
+            if not deleting:  # said on the record here, whoever looks (a reader may not)
+                with contextlib.suppress(InvalidTransitionError, EndpointNotFound):
+                    store.update_endpoint(name, status=EndpointStatus.FAILED, failure_reason=(
+                        view.reason or f"the endpoint's runtime is {view.state}"))
+                    store.remove_endpoint_instances(name)
         return RuntimeOut.of(view)
 
     @api.delete("/endpoints/{name}/runtime")
