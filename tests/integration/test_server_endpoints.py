@@ -7,7 +7,8 @@ The ONNX model of tests/integration/test_endpoints.py, deployed from the client'
 up through the server's artifact store); owners (another user's delete is 403 naming the
 owner); ``Estimator.deploy`` of a model its job trained on the server; a failing model's reason
 and a gone supervisor's, seen by another user through the server and a refused deploy that records
-nothing; and model servers that receive none of the server's credentials.
+nothing; and model servers that receive none of the server's credentials, also on a server
+over PostgreSQL and S3 whose supervisor stages the model from S3 with the server's own.
 """
 
 from __future__ import annotations
@@ -310,3 +311,34 @@ def test_model_servers_get_none_of_the_servers_credentials(own_shoal_server, cli
     record = predictor.describe()
     assert str(endpoint_dir(home, record.name)) in Path(
         f"/proc/{record.instances[0].pid}/cmdline").read_bytes().decode()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_an_endpoint_on_a_postgres_and_s3_server_reads_its_model_from_s3(
+        own_shoal_server, client, tmp_path, onnx_dir, postgres_url, s3_bucket_url,
+        moto_server, monkeypatch):
+    """The team set-up: the server's supervisor stages the model from S3 with the server's
+    credentials; the model server gets none of them; the client holds none."""
+    from shoal.storage.sql import upgrade_schema
+
+    url, _options = s3_bucket_url
+    upgrade_schema(postgres_url)
+    _, server_url, home = own_shoal_server("--no-auth", env={
+        "SHOAL_METADATA_URL": postgres_url, "SHOAL_ARTIFACT_URL": url,
+        "AWS_ENDPOINT_URL_S3": moto_server, "SHOAL_LAUNCHER_IDLE_SECONDS": "5"})
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)  # the server has them; this client holds none
+    session = client(_client_env(tmp_path, server_url, None, "local"))
+    src = _handler_dir(tmp_path, ENV_HANDLER)
+    predictor = Model(model_data=str(onnx_dir), entry_point="serve.py",
+                      source_dir=str(src)).deploy()
+    record = predictor.describe()
+    assert record.model_data.startswith(f"{url}/endpoints/{record.name}/model/")
+    assert session.artifacts.exists(f"endpoints/{record.name}/model/model.tar.gz")
+    seen = predictor.predict([[0, 0, 0, 0]])
+    assert not [k for k in seen if k.startswith(("AWS_", "SHOAL_", "PG"))], sorted(seen)
+    assert not any(v and ("testing" == v or postgres_url in v) for v in seen.values())
+    predictor.delete_endpoint()
+    assert not session.artifacts.list_keys(f"endpoints/{record.name}/model")
+    assert not endpoint_dir(home, record.name).exists()
