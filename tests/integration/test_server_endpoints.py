@@ -30,9 +30,20 @@ import pytest
 import shoal
 from helpers import linear_onnx, wait_until
 from shoal.client import HttpEndpointBackend
-from shoal.core.endpoints import EndpointConfig, EndpointStatus, endpoint_dir
+from shoal.core.endpoints import (
+    EndpointConfig,
+    EndpointInstance,
+    EndpointStatus,
+    RuntimeState,
+    endpoint_dir,
+)
 from shoal.endpoints import EndpointService
-from shoal.errors import EndpointFailedError, InvalidArgumentError, PermissionDeniedError
+from shoal.errors import (
+    BackendUnavailableError,
+    EndpointFailedError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+)
 from shoal.model import Model
 from shoal.predictor import Predictor
 
@@ -275,6 +286,31 @@ def test_a_reader_sees_an_endpoint_whose_supervisor_is_gone_fail(shoal_server, c
                what="its model server gone with its supervisor")
     predictor.delete_endpoint()
     assert not endpoint_dir(shoal_server.home, record.name).exists()
+
+
+def test_the_server_signals_no_process_a_clients_handle_names(shoal_server, client, tmp_path):
+    alice = _client_env(tmp_path, shoal_server.url, _token(shoal_server, "alice"), "alice")
+    session = client(alice)
+    store, runtime = session.endpoint_store, HttpEndpointBackend(session.server_connection())
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        name = f"forged-{uuid.uuid4().hex[:8]}"
+        store.create_endpoint(name, model_data="m", config=EndpointConfig())
+        forged = {"backend": "local", "pid": bystander.pid, "host": "127.0.0.1"}
+        store.set_endpoint_supervisor(name, forged)  # the owner may write it...
+        store.put_endpoint_instance(name, EndpointInstance(0, "127.0.0.1", 1, bystander.pid))
+        record = store.get_endpoint(name)
+        # ...but the server neither looks at nor stops what it did not start (no seal).
+        assert runtime.refresh(record).state == RuntimeState.UNCHANGED
+        with pytest.raises(BackendUnavailableError, match="not started by this server"):
+            runtime.delete(record, timeout=5)
+        store.set_endpoint_supervisor(name, {})
+        runtime.delete(store.get_endpoint(name), timeout=5)  # an instance's pid: not a server
+        assert bystander.poll() is None  # still running: never signalled
+        assert store.delete_endpoint(name)
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
 
 
 ENV_HANDLER = """
