@@ -170,6 +170,13 @@ def test_deploy_predict_list_describe_and_delete_through_the_server(
     as_bob = shoal.Session(server_url=shoal_server.url, token=bob["SHOAL_TOKEN"],
                            home=bob["SHOAL_HOME"])
     try:
+        # Nor replace or remove the files its supervisor stages (its model, its code).
+        with pytest.raises(PermissionDeniedError, match="files of endpoint"):
+            as_bob.artifacts.put_bytes(f"endpoints/{name}/code/code.tar.gz", b"not alice's")
+        with pytest.raises(PermissionDeniedError, match="files of endpoint"):
+            as_bob.artifacts.delete_prefix(f"endpoints/{name}/model")
+        with pytest.raises(PermissionDeniedError, match="every endpoint's files"):
+            as_bob.artifacts.delete_prefix("endpoints")
         for change in (lambda s: s.delete(name),
                        lambda s: s.metadata.update_endpoint(name, status=EndpointStatus.FAILED),
                        lambda s: s.metadata.set_endpoint_supervisor(name, {"pid": 1})):

@@ -6,6 +6,7 @@ or an admin (``server/_owners.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -21,10 +22,29 @@ from shoal.server._wire_endpoints import (
     TransitionIn,
 )
 
-__all__ = ["endpoint_routes"]
+__all__ = ["endpoint_files_guard", "endpoint_routes"]
 
 _ENDPOINT = "/endpoints/{name}"
 Index = Annotated[int, Path(ge=0)]
+
+
+def endpoint_files_guard(store: EndpointStore) -> Callable[[Request, str, str], None]:
+    """The artifact routes' check of a change under ``endpoints/<name>/`` (the model, code and
+    requirements its supervisor stages): the endpoint's owner or an admin, while it exists;
+    ``endpoints/`` as a whole: an admin."""
+
+    def guard(request: Request, key: str, action: str) -> None:
+        parts = key.strip("/").split("/")
+        if parts[0] != "endpoints":
+            return
+        if len(parts) < 2 or not parts[1]:
+            require_owner(request, "", action, "every endpoint's files")
+            return
+        record = store.find_endpoint(parts[1])
+        if record is not None:
+            require_owner(request, record.owner, action, f"the files of endpoint {parts[1]!r}")
+
+    return guard
 
 
 def endpoint_routes(store: EndpointStore) -> APIRouter:  # noqa: C901 - a closure per route

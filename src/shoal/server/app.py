@@ -17,7 +17,7 @@ from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, 
 from shoal.errors import ShoalError
 from shoal.server._artifacts import DEFAULT_MAX_UPLOAD_BYTES, artifact_routes
 from shoal.server._auth import Authorizer
-from shoal.server._endpoints import endpoint_routes
+from shoal.server._endpoints import endpoint_files_guard, endpoint_routes
 from shoal.server._jobs import job_routes
 from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
@@ -77,8 +77,10 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if endpoints is not None:
         authorized.include_router(endpoint_routes(endpoints))
     if artifacts is not None:
+        guard = None if endpoints is None else endpoint_files_guard(endpoints)
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
-                                                  max_upload_bytes=max_upload_bytes))
+                                                  max_upload_bytes=max_upload_bytes,
+                                                  guard=guard))
     if server_jobs is not None:
         from shoal.server._jobwait import wait_routes
         from shoal.server._launches import launch_routes
