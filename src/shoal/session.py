@@ -361,7 +361,9 @@ class Session:
         from shoal.envs import UvEnvBuilder
 
         return UvEnvBuilder(self.home / "envs",
-                            resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds)
+                            resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds,
+                            withhold_credentials=self.settings.endpoint_credentials
+                            == "withhold")
 
     def supervisor_env(self) -> dict[str, str]:
         if self.settings.server_url is not None:
