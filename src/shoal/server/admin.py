@@ -174,6 +174,7 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
     require("server", "the team server (shoal server)", "fastapi", "uvicorn")
     import uvicorn
 
+    from shoal.server._endpoint_runtime import ServerEndpoints
     from shoal.server._launches import ServerJobs
     from shoal.server._signals import NotifyingJobStore, Signals
     from shoal.server.app import create_app
@@ -188,7 +189,8 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
                      endpoints=store, artifacts=session.artifacts,
                      upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes,
-                     server_jobs=server_jobs)
+                     server_jobs=server_jobs,
+                     server_endpoints=ServerEndpoints(session, store))
     # One process, no websockets (no route needs them: their protocol module is then never
     # imported). One process also keeps TCP_NODELAY on accepted sockets: asyncio and uvloop
     # set it on the sockets of the server they create, while the sockets of uvicorn's
