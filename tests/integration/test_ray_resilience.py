@@ -61,6 +61,9 @@ def test_a_killed_supervisor_worker_is_retried_on_ray(request, tmp_path):
         assert record.status == JobStatus.COMPLETED and record.attempt == 2
         [ended] = [e.reason for e in record.events if "attempt 1 of 2 ended" in (e.reason or "")]
         assert f"Ray actor {handle['actor']}" in ended and "pid 0" not in ended
+        # Its node lives on: the record says the supervisor's process alone was lost.
+        assert f"was killed while its node, node {where['node_id']}" in ended, ended
+        assert "still runs" in ended and "declared dead" not in ended
         log = s.jobs.read_log(future.job_name).decode()
         assert "first attempt blocking" in log and "attempt 2 of 2" in log
     finally:
@@ -340,7 +343,10 @@ def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path
             assert future.result(timeout=300) != first
         record = s.jobs.get(future.job_name)
         assert record.status == JobStatus.COMPLETED and record.attempt == 2
-        assert any("attempt 1 of 2 ended" in (e.reason or "") for e in record.events)
+        [ended] = [e.reason for e in record.events if "attempt 1 of 2 ended" in (e.reason or "")]
+        # The node, not only the supervisor's process, was lost: the record says which.
+        assert f"was lost with its node: node {first}" in ended, ended
+        assert "is declared dead" in ended and "still runs" not in ended
     finally:
         s.close()
 
