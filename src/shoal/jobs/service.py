@@ -338,8 +338,8 @@ class JobService:
             return JobBatch(self, names, keys, None)
         if info.waiter is None:  # a new supervisor: it records its handle itself too
             self.metadata.set_handles(names, info.to_json())
-        logger.info("batch %s of %d jobs submitted (supervisor pid %s)", batch, len(names),
-                    info.pid)
+        logger.info("batch %s of %d jobs submitted (supervisor: %s)", batch, len(names),
+                    supervisor_words(info.to_json()))
         return JobBatch(self, names, keys, info, ctx)
 
     def _create_batch(self, batch: str, specs: Sequence[JobSpec],
