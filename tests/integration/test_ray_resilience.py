@@ -351,6 +351,42 @@ def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path
         s.close()
 
 
+@pytest.mark.timeout(420)  # a cluster of its own, a node killed and declared dead
+def test_a_single_host_jobs_last_attempt_lost_with_its_node_fails_as_node_lost(
+        request, tmp_path, own_cluster):
+    from shoal.core import FailureKind
+    from shoal.errors import JobFailedError
+
+    tag = own_cluster.add_node("pairhost")  # the only node the job may run on
+    s = own_session(request, tmp_path / "home", own_cluster, ray_resources={"pairhost": 1},
+                    ray_keep_alive_seconds=0)
+    marks = tmp_path / "first-node"
+    try:
+        with shoal.use(s), RemoteExecutor(job_name_prefix="ray-last-node") as executor:
+            future = executor.submit(_block_on_first_attempt, str(marks))
+
+            def blocking() -> bool:
+                if future.done():
+                    future.result()  # a job that could not start says why, at once
+                return bool(future.job_name) and b"blocking" in s.jobs.read_log(
+                    future.job_name)
+
+            wait_until(blocking, 180, what="the job to run")
+            node = marks.read_text()
+            own_cluster.kill_node(tag)
+            with pytest.raises(JobFailedError, match="lost with its node"):
+                future.result(timeout=300)
+        record = s.jobs.get(future.job_name)
+        assert record.status == JobStatus.FAILED and record.attempt == 1
+        assert record.failure_kind == FailureKind.NODE_LOST, record.failure_reason
+        assert f"node {node}" in record.failure_reason and "declared dead" in \
+            record.failure_reason
+        assert all(r.is_terminal for r in s.metadata.list_jobs(
+            JobQuery(name_prefix="ray-last-node")))
+    finally:
+        s.close()
+
+
 # --- a warm actor of the same client holds the slot its next job needs -------------------
 
 def _where() -> str:
