@@ -132,5 +132,5 @@ def ray_session(request: pytest.FixtureRequest, home: Path, **settings: object) 
         cluster = request.getfixturevalue("ray_cluster")
         settings["ray_address"] = cluster.address  # or cluster.client_address (ray://)
         settings.setdefault("ray_auth_token_file", str(cluster.token))
-    return shoal.Session(home=str(home), backend="ray", metadata_url=postgres_url,
-                         artifact_url=url, **settings)
+    settings.setdefault("metadata_url", postgres_url)  # or a test's own server's
+    return shoal.Session(home=str(home), backend="ray", artifact_url=url, **settings)

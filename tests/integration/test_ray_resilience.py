@@ -61,6 +61,9 @@ def test_a_killed_supervisor_worker_is_retried_on_ray(request, tmp_path):
         assert record.status == JobStatus.COMPLETED and record.attempt == 2
         [ended] = [e.reason for e in record.events if "attempt 1 of 2 ended" in (e.reason or "")]
         assert f"Ray actor {handle['actor']}" in ended and "pid 0" not in ended
+        # Its node lives on: the record says the supervisor's process alone was lost.
+        assert f"was killed while its node, node {where['node_id']}" in ended, ended
+        assert "still runs" in ended and "declared dead" not in ended
         log = s.jobs.read_log(future.job_name).decode()
         assert "first attempt blocking" in log and "attempt 2 of 2" in log
     finally:
@@ -340,7 +343,46 @@ def test_a_single_host_job_on_a_lost_node_is_retried_elsewhere(request, tmp_path
             assert future.result(timeout=300) != first
         record = s.jobs.get(future.job_name)
         assert record.status == JobStatus.COMPLETED and record.attempt == 2
-        assert any("attempt 1 of 2 ended" in (e.reason or "") for e in record.events)
+        [ended] = [e.reason for e in record.events if "attempt 1 of 2 ended" in (e.reason or "")]
+        # The node, not only the supervisor's process, was lost: the record says which.
+        assert f"was lost with its node: node {first}" in ended, ended
+        assert "is declared dead" in ended and "still runs" not in ended
+    finally:
+        s.close()
+
+
+@pytest.mark.timeout(420)  # a cluster of its own, a node killed and declared dead
+def test_a_single_host_jobs_last_attempt_lost_with_its_node_fails_as_node_lost(
+        request, tmp_path, own_cluster):
+    from shoal.core import FailureKind
+    from shoal.errors import JobFailedError
+
+    tag = own_cluster.add_node("pairhost")  # the only node the job may run on
+    s = own_session(request, tmp_path / "home", own_cluster, ray_resources={"pairhost": 1},
+                    ray_keep_alive_seconds=0)
+    marks = tmp_path / "first-node"
+    try:
+        with shoal.use(s), RemoteExecutor(job_name_prefix="ray-last-node") as executor:
+            future = executor.submit(_block_on_first_attempt, str(marks))
+
+            def blocking() -> bool:
+                if future.done():
+                    future.result()  # a job that could not start says why, at once
+                return bool(future.job_name) and b"blocking" in s.jobs.read_log(
+                    future.job_name)
+
+            wait_until(blocking, 180, what="the job to run")
+            node = marks.read_text()
+            own_cluster.kill_node(tag)
+            with pytest.raises(JobFailedError, match="lost with its node"):
+                future.result(timeout=300)
+        record = s.jobs.get(future.job_name)
+        assert record.status == JobStatus.FAILED and record.attempt == 1
+        assert record.failure_kind == FailureKind.NODE_LOST, record.failure_reason
+        assert f"node {node}" in record.failure_reason and "declared dead" in \
+            record.failure_reason
+        assert all(r.is_terminal for r in s.metadata.list_jobs(
+            JobQuery(name_prefix="ray-last-node")))
     finally:
         s.close()
 

@@ -232,6 +232,40 @@ def test_a_lost_supervisor_with_an_attempt_left_is_relaunched_once(tmp_path: Pat
     assert record.failure_kind == FailureKind.SUPERVISOR_LOST
 
 
+def test_each_attempt_says_whether_its_node_or_only_its_supervisor_was_lost(
+        tmp_path: Path) -> None:
+    """A backend that tells a lost node from a killed supervisor process (Ray's): the event of
+    each attempt says which, naming the node, and a last attempt lost with its node fails
+    the job as node_lost (issue #23, items 2 and 3)."""
+    svc = memory_job_service(tmp_path)
+    spec = JobSpec(name=JobName("divide-nodes"), function_name="operator.truediv",
+                   max_retry_attempts=3)
+    name = svc.submit_function(spec, operator.truediv, (6, 3), {}).name
+    assert isinstance(svc.backend, MemoryBackend)
+    _running(svc, name, 1)
+    svc.backend.lose_node(name, "node-7")
+    assert svc.reap() == [name]
+    _running(svc, name, 2)
+    svc.backend.exit(name)  # the supervisor's process alone: its node lives
+    assert svc.reap() == [name]
+    _running(svc, name, 3)
+    svc.backend.lose_node(name, "node-9")
+    assert svc.reap() == [name]
+    record = svc.get(name)
+    ended = [e.reason or "" for e in record.events if "ended:" in (e.reason or "")]
+    assert len(ended) == 2, ended
+    assert ended[0].startswith("attempt 1 of 3 ended: its supervisor (pid 1 on memory) was "
+                               "lost with its node: node node-7 is declared dead")
+    assert ended[1].startswith("attempt 2 of 3 ended: its supervisor (pid 2 on memory) exited "
+                               "without reporting an end state: its process was killed while "
+                               "its node, node memory, still runs")
+    assert record.status == JobStatus.FAILED and record.attempt == 3
+    assert record.failure_kind == FailureKind.NODE_LOST
+    assert "node node-9 is declared dead" in (record.failure_reason or "")
+    with pytest.raises(JobFailedError, match="lost with its node: node node-9"):
+        svc.outcome(record)
+
+
 class _Unanswering(MemoryBackend):
     """A backend whose cluster stopped answering (a Ray head that went away)."""
 

@@ -80,7 +80,8 @@ class WarmHost:
         self._log = home / "run" / "supervisors" / f"{name}.log"
         self._handle = {"backend": "ray", "actor": name, "namespace": namespace,
                         "address": address, "host": socket.gethostname(),
-                        "node_id": self._node_id}
+                        "node_id": self._node_id,
+                        "actor_id": ray.get_runtime_context().get_actor_id()}
         self._proc: Any = None
         self._error: BaseException | None = None
         self._started = threading.Event()

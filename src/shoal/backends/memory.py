@@ -5,7 +5,7 @@ anything else written against ``Backend``) runs on it unchanged, with real store
 test plays the supervisor. ``launch`` records the ``ExecContext`` it was given and returns a
 ``LaunchInfo`` for a supervisor that exists only here; the test then runs that supervisor's
 entry point itself (in-process, with ``context(job).env``), says that it exited
-(``exit(job)``), refuses submissions or launches, and reads which stops were asked for.
+(``exit(job)``) or was lost with its node (``lose_node(job)``), refuses submissions or launches, and reads which stops were asked for.
 
 It is not registered in ``shoal.backends.BACKENDS``: a session on it would run no job.
 
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from shoal.core.ports import ExecContext, Handle, LaunchInfo
+from shoal.core.ports import ExecContext, Handle, LaunchInfo, SupervisorLoss
 from shoal.errors import LaunchError, ShoalError
 
 __all__ = ["MemoryBackend"]
@@ -62,6 +62,7 @@ class MemoryBackend:
         self._pids: dict[str, int] = {}  # the latest supervisor of each job (and batch)
         self._launched_for: dict[int, str] = {}  # each supervisor's ExecContext.job
         self._alive: dict[int, bool] = {}
+        self._lost_nodes: dict[int, str] = {}  # supervisors lost with their node, the node
         self._next_pid = 1
 
     # --- the Backend port -------------------------------------------------------------
@@ -100,6 +101,15 @@ class MemoryBackend:
         if self.is_alive(handle):
             self.stop_requests.append(self._launched_for[int(handle["pid"])])
 
+    def supervisor_loss(self, handle: Handle) -> SupervisorLoss | None:
+        """For a gone supervisor of this backend: lost with its node (``lose_node``) or its
+        process alone (``exit``); None for a live one or another backend's."""
+        if self.is_alive(handle) is not False:
+            return None
+        node = self._lost_nodes.get(int(handle["pid"]))
+        return SupervisorLoss(node_lost=node is not None, where=f"node {node or HOST}",
+                              detail="the test lost it" if node else "")
+
     def close(self) -> None:
         self.closed = True
 
@@ -120,6 +130,12 @@ class MemoryBackend:
     def exit(self, job: str) -> None:
         """*job*'s supervisor exited (or was killed): ``is_alive`` says False from now on."""
         self._alive[self._pid(job)] = False
+
+    def lose_node(self, job: str, node: str = "node-1") -> None:
+        """*job*'s supervisor was lost with its node *node* (as a cluster's would be)."""
+        pid = self._pid(job)
+        self._alive[pid] = False
+        self._lost_nodes[pid] = node
 
     def _pid(self, job: str) -> int:
         try:

@@ -34,7 +34,13 @@ from shoal._internal.extras import require
 from shoal.backends._raybound import bounded, outlive_head, probe_address
 from shoal.backends._rayhost import PLACEMENT_VAR, placement_group_by_id
 from shoal.backends.ray_node import node_env, start_supervisor
-from shoal.core.ports import RANK_HOST_LAUNCHER, RANK_MASTER_ADDR, ExecContext, LaunchInfo
+from shoal.core.ports import (
+    RANK_HOST_LAUNCHER,
+    RANK_MASTER_ADDR,
+    ExecContext,
+    LaunchInfo,
+    SupervisorLoss,
+)
 from shoal.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -269,7 +275,7 @@ class RayBackend:
             "name": actor, "namespace": self._namespace, "lifetime": "detached",
             "max_restarts": 0, **_actor_resources(demand)}
         try:
-            self._actor_cls.options(**options).remote(
+            started = self._actor_cls.options(**options).remote(
                 ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd)
         except (ValueError, TypeError) as e:  # a duplicate name, or invalid resources
             raise LaunchError(f"Ray refused the supervisor of job {ctx.job!r}: {e}",
@@ -279,7 +285,8 @@ class RayBackend:
                               job=ctx.job) from e
         # The actor may wait for resources: the pid and node are known only once it runs.
         return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
-                                              "address": self._address})
+                                              "address": self._address,
+                                              **_actor_id_of(started)})
 
     def _launch_placed(self, ctx: ExecContext, demand: dict[str, float],
                        nodes: list[dict[str, Any]]) -> LaunchInfo:
@@ -311,7 +318,7 @@ class RayBackend:
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=0)}
         try:
-            self._actor_cls.options(**options).remote(
+            started = self._actor_cls.options(**options).remote(
                 ctx.job, ctx.entrypoint, list(ctx.args), dict(ctx.env), ctx.cwd, placement)
         except (ValueError, TypeError, ray.exceptions.RayError) as e:
             ray.util.remove_placement_group(group)
@@ -319,7 +326,8 @@ class RayBackend:
                               job=ctx.job) from e
         return LaunchInfo("ray", 0, "", extra={"actor": actor, "namespace": self._namespace,
                                               "address": self._address,
-                                              "placement_group": group.id.hex()})
+                                              "placement_group": group.id.hex(),
+                                              **_actor_id_of(started)})
 
     def _launch_warm(self, ctx: ExecContext, demand: dict[str, float]) -> LaunchInfo:
         """Hand the job (or batch) to a warm supervisor actor of its pool and shape
@@ -393,6 +401,18 @@ class RayBackend:
             _remove_group(str(handle["placement_group"]))
         return alive
 
+    def supervisor_loss(self, handle: Mapping[str, Any]) -> SupervisorLoss | None:
+        """How a supervisor actor that is gone was lost, from Ray's actor table (its node
+        and death cause) and node table: with its node (declared dead), or alone (its worker
+        killed; the node lives). None when Ray cannot say (an actor recorded without its id
+        and node, or Ray Client, which serves no actor table). BackendUnavailableError
+        within seconds while the cluster does not answer."""
+        if handle.get("backend") != "ray" or not handle.get("actor"):
+            return None
+        ray = self._ray()
+        return bounded(self._address, f"how supervisor {handle['actor']} was lost",
+                       lambda: _loss_of(ray, handle))
+
     def describe(self, handle: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
         """Where the supervisor runs (``node_id``, ``host``, ``pid``), once it has started."""
         actor = self._actor(handle)
@@ -454,6 +474,42 @@ def _use_token(path: str) -> None:
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _actor_id_of(actor: Any) -> dict[str, str]:
+    """``{"actor_id": HEX}`` of a just-created actor (what Ray's actor table is read by once
+    the actor is gone and its name released); empty where Ray does not say (Ray Client)."""
+    actor_id = getattr(actor, "_actor_id", None)
+    return {"actor_id": actor_id.hex()} if actor_id is not None else {}
+
+
+def _loss_of(ray: Any, handle: Mapping[str, Any]) -> SupervisorLoss | None:
+    """See ``RayBackend.supervisor_loss``."""
+    from shoal.backends._raywarm import _over_client
+
+    info: dict[str, Any] = {}
+    if handle.get("actor_id") and not _over_client(ray):
+        with contextlib.suppress(ImportError, AttributeError, ValueError):
+            from ray._private.state import actors
+
+            info = dict(actors(actor_id=str(handle["actor_id"])) or {})
+    node = str((info.get("Address") or {}).get("NodeID") or handle.get("node_id") or "")
+    if not node.strip("0"):  # never placed (Ray's nil id), or not known
+        return None
+    died = None
+    cause = info.get("DeathCause")
+    if cause is not None and cause.WhichOneof("context") == "actor_died_error_context":
+        died = cause.actor_died_error_context
+    entry: dict[str, Any] = next((n for n in ray.nodes() if n.get("NodeID") == node), {})
+    ip = entry.get("NodeManagerAddress") or (died.node_ip_address if died else "")
+    where = f"node {node}" + (f" ({ip})" if ip else "")
+    node_died = died is not None and died.reason == died.NODE_DIED
+    node_lost = node_died or not entry.get("Alive", False)
+    detail = ""
+    if died is not None:
+        detail = (died.node_death_info.reason_message if node_died else "") \
+            or died.error_message.split("\n", 1)[0]
+    return SupervisorLoss(node_lost=node_lost, where=where, detail=detail.strip().rstrip("."))
 
 
 def _remove_group(hex_id: str) -> None:

@@ -85,7 +85,7 @@ class FailureKind(StrEnum):
     VERSION = "version"                # client/job Python or payload format mismatch
     ENVIRONMENT = "environment"        # the runtime environment could not be prepared
     SUPERVISOR_LOST = "supervisor_lost"  # the supervisor died; found by the reaper
-    NODE_LOST = "node_lost"            # another host's node (or its actor) was lost mid-job
+    NODE_LOST = "node_lost"            # a node of the job (its supervisor's, another host's) died
     INTERNAL = "internal"              # a shoal bug or a store failure
 
 

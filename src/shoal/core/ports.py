@@ -29,8 +29,8 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
            "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
-           "JobWaiter", "LaunchInfo", "MetadataStore", "MetricStore", "RunStore",
-           "WarmPoolHost", "WarmWorkerEndpoint"]
+           "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "RunStore",
+           "SupervisorLoss", "WarmPoolHost", "WarmWorkerEndpoint"]
 
 
 @runtime_checkable
@@ -350,6 +350,32 @@ class Backend(Protocol):
         """Ask the supervisor of *handle* to stop its job (it records the end itself)."""
         ...
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorLoss:
+    """How a supervisor that is gone was lost, as its backend saw it (a fact, not a verdict:
+    ``JobService`` turns it into the attempt's reason and failure kind)."""
+
+    #: Its node died (declared dead by the cluster); False: the node lives on and only the
+    #: supervisor's process (or the worker that held it) ended.
+    node_lost: bool
+    #: Where it ran, as a person finds it: ``node 3f2a... (10.0.0.7)``.
+    where: str
+    #: The backend's own words about the end (Ray's death cause), possibly empty.
+    detail: str = ""
+
+
+@runtime_checkable
+class LossReporter(Protocol):
+    """A backend that can tell, for a supervisor it reports gone, whether its node was lost
+    or only its process (a cluster's; the local backend's one machine cannot be lost and
+    still be asked)."""
+
+    def supervisor_loss(self, handle: Handle) -> SupervisorLoss | None:
+        """How the (gone) supervisor of *handle* was lost; None when the backend cannot
+        tell. May raise BackendUnavailableError while the cluster does not answer."""
+        ...
 
 
 class HandedJob(Protocol):

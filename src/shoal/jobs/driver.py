@@ -380,6 +380,10 @@ class Supervisor:
         finally:
             self._tap = None
             if tap is not None:
+                # The output has ended: stored now, before the tap's last metrics flush,
+                # which waits out a metadata store that is away (the log stays readable).
+                sink.end()
+                sink.flush()
                 tap.close()
         if training is not None and rc != 0 and not (stopped or timed_out) and (
                 lost := training.lost_hosts()):

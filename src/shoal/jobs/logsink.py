@@ -88,16 +88,26 @@ class LogSink:
 
     def maybe_flush(self, now: float) -> None:
         if not self._direct and self._dirty and now >= self._last_flush + self._interval:
-            try:
-                self._upload(now)
-            except ShoalError as e:  # a store that blinked never stops the job: next time
-                self._last_flush = now
-                if not self._failing:
-                    logger.warning("the job's log could not be uploaded (%s); it is kept in %s "
-                                   "and uploaded when the store answers", e, self._path)
-                self._failing = True
-            else:
-                self._failing = False
+            self._try_upload(now)
+
+    def flush(self) -> None:
+        """Upload what the job wrote so far now, if the store answers (else at the next try,
+        or the last upload in ``close``): a job's output, once it has ended, is readable while
+        its supervisor still waits for another store (a metadata store's outage)."""
+        if not self._direct and self._dirty:
+            self._try_upload(time.monotonic())
+
+    def _try_upload(self, now: float) -> None:
+        try:
+            self._upload(now)
+        except ShoalError as e:  # a store that blinked never stops the job: next time
+            self._last_flush = now
+            if not self._failing:
+                logger.warning("the job's log could not be uploaded (%s); it is kept in %s "
+                               "and uploaded when the store answers", e, self._path)
+            self._failing = True
+        else:
+            self._failing = False
 
     def _upload(self, now: float) -> None:
         self._f.flush()  # only called once something was written

@@ -44,9 +44,10 @@ def relaunch_stale(handle: Mapping[str, Any], grace_s: float) -> bool | None:
     return time.time() - float(handle.get(_SINCE) or 0.0) > grace_s
 
 
-def relaunch(service: JobService, record: JobRecord, why: str) -> bool:
+def relaunch(service: JobService, record: JobRecord, why: str,
+             kind: FailureKind = FailureKind.SUPERVISOR_LOST) -> bool:
     """Start attempt ``record.attempt + 1`` of *record* (found in its status, supervisor
-    gone: *why*); False when another process moved the job first."""
+    gone: *why*, of failure *kind*); False when another process moved the job first."""
     total = max(1, record.spec.max_retry_attempts)
     attempt = record.attempt + 1
     handle = {"backend": service.backend.name, RELAUNCH: attempt, _SINCE: time.time()}
@@ -60,8 +61,7 @@ def relaunch(service: JobService, record: JobRecord, why: str) -> bool:
     try:
         service.launch(pending or service.get(record.name))
     except ShoalError as e:  # its key cannot be derived here, say: say so, never leave it
-        service.transition(record.name, JobStatus.FAILED,
-                           failure_kind=FailureKind.SUPERVISOR_LOST,
+        service.transition(record.name, JobStatus.FAILED, failure_kind=kind,
                            reason=f"{why}; another attempt could not be started: {e}")
     return True
 

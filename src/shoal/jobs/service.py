@@ -29,6 +29,7 @@ from shoal.core.ports import (
     JobKeys,
     JobStore,
     JobWaiter,
+    LossReporter,
     MetricStore,
 )
 from shoal.errors import (
@@ -337,8 +338,8 @@ class JobService:
             return JobBatch(self, names, keys, None)
         if info.waiter is None:  # a new supervisor: it records its handle itself too
             self.metadata.set_handles(names, info.to_json())
-        logger.info("batch %s of %d jobs submitted (supervisor pid %s)", batch, len(names),
-                    info.pid)
+        logger.info("batch %s of %d jobs submitted (supervisor: %s)", batch, len(names),
+                    supervisor_words(info.to_json()))
         return JobBatch(self, names, keys, info, ctx)
 
     def _create_batch(self, batch: str, specs: Sequence[JobSpec],
@@ -694,37 +695,61 @@ class JobService:
     def _reap_one(self, record: JobRecord) -> bool:
         if record.is_terminal:
             return False
-        reason = self._why_orphaned(record)
-        if reason is None:
+        orphaned = self._why_orphaned(record)
+        if orphaned is None:
             return False
+        reason, kind = orphaned
         current = self.metadata.get_job(record.name)
         if current.is_terminal or current.handle != record.handle:
             return False  # it ended, or a supervisor took it meanwhile
         if RELAUNCH not in current.handle and may_relaunch(current) and self.keys is not None:
-            return relaunch(self, current, reason)  # infrastructure lost: another attempt
+            return relaunch(self, current, reason, kind)  # infrastructure lost: another attempt
         status = JobStatus.STOPPED if current.status == JobStatus.STOPPING else JobStatus.FAILED
         try:
-            self.transition(record.name, status, failure_kind=FailureKind.SUPERVISOR_LOST,
-                            reason=reason)
+            self.transition(record.name, status, failure_kind=kind, reason=reason)
         except InvalidTransitionError:
             return False
         return True
 
-    def _why_orphaned(self, record: JobRecord) -> str | None:
-        """Why *record* has no supervisor and never will (None: it has one, or may get one)."""
+    def _why_orphaned(self, record: JobRecord) -> tuple[str, FailureKind] | None:
+        """Why *record* has no supervisor and never will, and the failure kind that says so
+        (None: it has one, or may get one)."""
+        lost = FailureKind.SUPERVISOR_LOST
         stale = relaunch_stale(record.handle, _UNLAUNCHED_GRACE_S)
         if stale is not None:  # another attempt is being started (jobs/relaunch.py)
             return (f"no supervisor took its attempt {record.handle[RELAUNCH]} within "
-                    f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost") if stale else None
+                    f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost",
+                    lost) if stale else None
         alive = self._is_alive(record.handle)
         if alive is None and not record.handle:
             age = (self._clock.now() - record.created_at).total_seconds()
             reason = _client_gone(record)
             if reason is None and age < _UNLAUNCHED_GRACE_S:
                 return None
-            return reason or f"no supervisor was started for {int(age)} s after the job was " \
-                             "created"
+            return (reason or f"no supervisor was started for {int(age)} s after the job "
+                              "was created"), lost
         if alive is False:
-            return (f"its supervisor ({supervisor_words(record.handle)}) exited without "
-                    "reporting an end state: it was killed, or its machine was lost")
+            return self._how_lost(record.handle)
         return None
+
+    def _how_lost(self, handle: Mapping[str, Any]) -> tuple[str, FailureKind]:
+        """The reason and kind for a supervisor its backend reports gone: its node lost
+        (``node_lost``, naming the node) or only its process (``supervisor_lost``), where the
+        backend can tell them apart (a cluster's); else both, as possible causes."""
+        who = supervisor_words(handle)
+        loss = None
+        if isinstance(self.backend, LossReporter):
+            try:
+                loss = self.backend.supervisor_loss(handle)
+            except BackendUnavailableError as e:  # the cause stays unknown; the loss is not
+                logger.warning("how the supervisor (%s) was lost is unknown: %s", who, e)
+        if loss is None:
+            return (f"its supervisor ({who}) exited without reporting an end state: it was "
+                    "killed, or its machine was lost", FailureKind.SUPERVISOR_LOST)
+        detail = f" ({loss.detail})" if loss.detail else ""
+        if loss.node_lost:
+            return (f"its supervisor ({who}) was lost with its node: {loss.where} is "
+                    f"declared dead{detail}", FailureKind.NODE_LOST)
+        return (f"its supervisor ({who}) exited without reporting an end state: its process "
+                f"was killed while its node, {loss.where}, still runs{detail}",
+                FailureKind.SUPERVISOR_LOST)
