@@ -88,18 +88,21 @@ class State:
 
     home: Path | None = None
     verbose: int = 0
-    _sessions: dict[tuple[Path, ...], Session] = field(default_factory=dict)
+    _sessions: dict[tuple[Path | str, ...], Session] = field(default_factory=dict)
 
     def session_kwargs(self) -> dict[str, Any]:
         return {"home": str(self.home)} if self.home is not None else {}
 
-    def session(self, *, config_files: Sequence[Path] = ()) -> Session:
-        """A session for this invocation (``--home`` beats ``SHOAL_HOME``)."""
+    def session(self, *, config_files: Sequence[Path] = (), direct: bool = False) -> Session:
+        """A session for this invocation (``--home`` beats ``SHOAL_HOME``); *direct*: on this
+        host's own stores even when logged in to a team server (the server's commands)."""
         from shoal.session import Session
 
-        key = tuple(config_files)
+        key = (*config_files, *(("direct",) if direct else ()))
         if key not in self._sessions:
-            self._sessions[key] = Session(config_files=key, **self.session_kwargs())
+            extra = {"server_url": None} if direct else {}
+            self._sessions[key] = Session(config_files=tuple(config_files),
+                                          **self.session_kwargs(), **extra)
         return self._sessions[key]
 
     def home_option(self) -> str:

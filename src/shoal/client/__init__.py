@@ -14,6 +14,8 @@ from shoal.client.http import API_VERSION, ServerConnection
 from shoal.client.jobs import HttpJobStore
 from shoal.client.keys import HttpJobKeys
 from shoal.client.runs import HttpRunStore
+from shoal.client.users import HttpUserAdmin
 
 __all__ = ["API_VERSION", "HttpArtifactStore", "HttpBackend", "HttpEndpointStore",
-           "HttpJobEnds", "HttpJobKeys", "HttpJobStore", "HttpRunStore", "ServerConnection"]
+           "HttpJobEnds", "HttpJobKeys", "HttpJobStore", "HttpRunStore", "HttpUserAdmin",
+           "ServerConnection"]
