@@ -65,7 +65,9 @@ app.command("whoami")(_login.whoami)
 def demo() -> None:
     """Run the seed examples as real jobs and show how to find each one again."""
     from shoal._internal.extras import needs_extra
+    from shoal.cli._remote import refuse_through_server
 
+    refuse_through_server("demo")
     with needs_extra("all", "shoal demo"):  # it shows every feature
         from shoal.cli._demo import run_demo
 

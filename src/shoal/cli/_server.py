@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from shoal.cli._context import err, out, state
+from shoal.cli._remote import refuse_through_server
 
 if TYPE_CHECKING:
     from shoal.client import HttpUserAdmin
@@ -28,22 +29,6 @@ users_app = typer.Typer(help="Users of the team server (through it when one is s
                         no_args_is_help=True, rich_markup_mode=None)
 
 
-def _own_stores(command: str) -> None:
-    """The server's own commands serve and initialise this host's stores: refused, saying
-    why, where SHOAL_SERVER_URL makes this shell a client of a server (a stored login is
-    simply not used for them)."""
-    from shoal.config import shoal_environ
-    from shoal.errors import ConfigError
-
-    url = shoal_environ().get("SHOAL_SERVER_URL")
-    if url is not None:
-        raise ConfigError(
-            f"'{command}' works on this host's own stores, but SHOAL_SERVER_URL is set ({url}),"
-            f" which makes this shell a client of that server. Run it on the server's host "
-            f"without SHOAL_SERVER_URL (e.g. 'env -u SHOAL_SERVER_URL {command}')",
-            setting="SHOAL_SERVER_URL", value=url)
-
-
 @server_app.callback()
 def server(
     ctx: typer.Context,
@@ -59,7 +44,7 @@ def server(
     from shoal.server.admin import check_bind, serve
 
     check_bind(host, auth=not no_auth)
-    _own_stores("shoal server")
+    refuse_through_server("server", env_only=True)
     err().print(f"shoal server: http://{host}:{port}/api/v1 "
                 f"(auth: {'none' if no_auth else 'tokens'}); Ctrl-C stops it")
     serve(state.session(direct=True), host=host, port=port, auth=not no_auth)
@@ -72,7 +57,7 @@ def init(
     """Create the first admin and print its token (shown once)."""
     from shoal.server.admin import init_admin
 
-    _own_stores("shoal server init")
+    refuse_through_server("server init", env_only=True)
     made = init_admin(state.session(direct=True).metadata, user)
     err().print(f"admin {user!r} created; its token (shown once, keep it safe):")
     out().print(made.token, soft_wrap=True, highlight=False)

@@ -84,9 +84,11 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if server_jobs is not None:
         from shoal.server._jobwait import wait_routes
         from shoal.server._launches import launch_routes
+        from shoal.server._maintenance import maintenance_routes
 
         authorized.include_router(launch_routes(server_jobs))
         authorized.include_router(wait_routes(server_jobs))
+        authorized.include_router(maintenance_routes(server_jobs.session))
     app.include_router(authorized, prefix=API_PREFIX)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
