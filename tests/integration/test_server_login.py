@@ -135,6 +135,8 @@ def test_login_refuses_bad_urls_and_tokens_saying_why_and_writes_nothing(
         ((shoal_server.url, "--token", expired), "'expired' of user 'mia' expired at"),
         ((shoal_server.url,), "no API token given"),  # stdin empty, nothing stored
     ]
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    cases.append(((nowhere, "--token", "t"), f"cannot reach a shoal server at {nowhere}"))
     for args, says in cases:
         done = client.cli("login", *args)
         assert done.returncode != 0 and says in done.stderr, (args, done.stderr)
@@ -202,3 +204,17 @@ def test_an_admin_manages_users_and_tokens_through_the_server(shoal_server, tmp_
     assert again.returncode != 0 and "'remote-made' of user 'pia' was revoked" in again.stderr
     # on the server's host, without a server URL, the same commands work on its store
     assert "remote-made" in shoal_server.cli("tokens", "list", "--user", "pia").stdout
+
+
+def test_the_servers_own_commands_never_use_a_stored_login(shoal_server, tmp_path):
+    """A server's host where someone logged in: 'shoal server init' (and 'shoal server')
+    still work on this host's own store, never through the login's server."""
+    host = Client(tmp_path)
+    host.ok("login", shoal_server.url, "--token", _token(shoal_server, "quin", "laptop"))
+    made = host.ok("server", "init", "--user", "root-admin").strip()
+    assert made.startswith("shoal_")
+    assert (tmp_path / "home" / "shoal.db").exists()  # the host's own store
+    listed = shoal_server.cli("users", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    users = {u["name"] for u in json.loads(listed.stdout)}
+    assert "quin" in users and "root-admin" not in users  # not on the logged-in server

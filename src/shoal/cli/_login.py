@@ -54,9 +54,17 @@ def _whoami(url: str, token: str) -> dict[str, str]:
     ApiError for a URL that is not a shoal server of this API version, an
     AuthenticationError for a wrong, revoked or expired token."""
     from shoal.client import ServerConnection
+    from shoal.errors import ServerUnreachableError
 
-    with ServerConnection(url, token, timeout=15.0, retries=1) as connection:
-        answer = connection.call("GET", "/whoami")
+    try:
+        with ServerConnection(url, token, timeout=15.0, retries=1) as connection:
+            answer = connection.call("GET", "/whoami")
+    except ServerUnreachableError as e:
+        cause = e.__cause__
+        raise ServerUnreachableError(
+            f"cannot reach a shoal server at {url} ({type(cause).__name__}: {cause}); check "
+            "the URL (the one 'shoal server' printed on its host) and that it runs",
+            url=url) from e
     return {k: str(v) for k, v in answer.items()}
 
 
