@@ -218,3 +218,54 @@ def test_the_servers_own_commands_never_use_a_stored_login(shoal_server, tmp_pat
     assert listed.returncode == 0, listed.stderr
     users = {u["name"] for u in json.loads(listed.stdout)}
     assert "quin" in users and "root-admin" not in users  # not on the logged-in server
+
+
+def _read_until(fd: int, wanted: bytes, timeout: float) -> bytes:
+    """What the terminal *fd* shows until *wanted* appears or the other side closes it,
+    within *timeout*."""
+    import select
+    import time
+
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{wanted!r} not shown within {timeout} s; shown: {seen!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def test_login_on_a_terminal_asks_for_the_token_without_echoing_it(shoal_server, tmp_path):
+    import pty
+
+    client = Client(tmp_path)
+    token = _token(shoal_server, "rita", "terminal")
+    main, side = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "login", shoal_server.url],
+                            env=client.env, stdin=side, stdout=side, stderr=side)
+    os.close(side)
+    try:
+        shown = _read_until(main, b"(not shown): ", 120)
+        assert f"API token for {shoal_server.url}".encode() in shown
+        os.write(main, token.encode() + b"\n")
+        shown += _read_until(main, b"\0", 120)  # all it shows, until it exits
+        assert proc.wait(timeout=120) == 0, shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        os.close(main)
+    said = b" ".join(shown.split())  # the terminal may wrap lines
+    assert b"logged in to" in said and b"as 'rita'" in said
+    assert token.encode() not in said and token.encode() not in shown  # never echoed
+    assert json.loads(client.credentials.read_text())["servers"][shoal_server.url]["user"] \
+        == "rita"
