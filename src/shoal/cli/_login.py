@@ -56,15 +56,17 @@ def _whoami(url: str, token: str) -> dict[str, str]:
     from shoal.client import ServerConnection
     from shoal.errors import ServerUnreachableError
 
+    # Retried for ~13 s (0.1 s x 2^n, 7 times): a server started a moment ago (in the
+    # background of the same script) is given time to answer; a wrong URL fails after that.
     try:
-        with ServerConnection(url, token, timeout=15.0, retries=1) as connection:
+        with ServerConnection(url, token, timeout=15.0, retries=7, backoff=0.1) as connection:
             answer = connection.call("GET", "/whoami")
     except ServerUnreachableError as e:
         cause = e.__cause__
         raise ServerUnreachableError(
-            f"cannot reach a shoal server at {url} ({type(cause).__name__}: {cause}); check "
-            "the URL (the one 'shoal server' printed on its host) and that it runs",
-            url=url) from e
+            f"cannot reach a shoal server at {url} for 13 s ({type(cause).__name__}: "
+            f"{cause}); check the URL (the one 'shoal server' printed on its host) and that "
+            "it runs", url=url) from e
     return {k: str(v) for k, v in answer.items()}
 
 

@@ -124,8 +124,9 @@ def _store_away(request: Request, exc: StorageError) -> JSONResponse:
     its reason, still ``transient`` so clients wait it out (``storage/outage.py``); the
     server itself stays up and answers again once the store is back."""
     what = "artifact" if isinstance(exc, ArtifactStoreError) else "metadata"
-    url = exc.details.get("url")
-    store = f"the {what} store at {url} (password hidden)" if url else f"the {what} store"
+    url = exc.details.get("url")  # redacted by the store: a password shows as ***
+    hidden = " (password hidden)" if "***" in str(url) else ""
+    store = f"the {what} store at {url}{hidden}" if url else f"the {what} store"
     message = (f"{store} of this shoal server does not answer: {exc.message}. The server "
                "is up and answers again once the store is back; clients wait for it up to "
                "SHOAL_STORE_OUTAGE_SECONDS")
