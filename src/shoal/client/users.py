@@ -43,9 +43,6 @@ class HttpUserAdmin:
         return _user(self._http.call("POST", "/users",
                                      json={"name": name, "is_admin": is_admin}))
 
-    def find_user(self, name: str) -> User | None:
-        return next((u for u in self.list_users() if u.name == name), None)
-
     def list_tokens(self, user: str | None = None) -> list[ApiToken]:
         params = None if user is None else {"user": user}
         return [_token(t) for t in self._http.call("GET", "/tokens", params=params)]
