@@ -36,6 +36,7 @@ __all__ = [
     "ResolvedValue",
     "Settings",
     "default_admin_config_path",
+    "default_credentials_path",
     "default_user_config_path",
     "default_user_secret_path",
     "djl_environ",
@@ -77,7 +78,30 @@ def Settings(**kwargs: Any) -> SettingsModel:  # noqa: N802 - a factory in the c
         raise ConfigError(f"invalid shoal settings ({problems}). Check the SHOAL_* environment "
                           "variables and the arguments given to Session().") from e
     settings._explicit = frozenset(kwargs)
+    _use_login(settings, kwargs)
     return settings
+
+
+def _use_login(settings: SettingsModel, kwargs: Mapping[str, Any]) -> None:
+    """The current ``shoal login`` (the credentials file) when nothing names the stores: no
+    ``SHOAL_SERVER_URL``, no ``server_url=`` argument (``None`` too: the team server's own
+    session), no metadata or artifact URL (a session with its own stores, as every
+    supervisor of the embedded default is). ``SHOAL_TOKEN`` still wins over the file's."""
+    if settings.server_url is not None or "server_url" in kwargs or \
+            settings.metadata_url is not None or settings.artifact_url is not None:
+        return
+    from shoal._internal.credentials import read_credentials
+
+    path = settings.credentials_path()
+    login = read_credentials(path).current_login()
+    if login is None:
+        return
+    from pydantic import SecretStr
+
+    settings.server_url = login.url
+    if settings.token is None:
+        settings.token = SecretStr(login.token)
+    settings._login_file = path
 
 
 def job_name() -> str | None:
@@ -140,6 +164,11 @@ def default_admin_config_path() -> Path:
 def default_user_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "shoal" / "config.yaml"
+
+
+def default_credentials_path() -> Path:
+    """The logins of ``shoal login``: ``$XDG_CONFIG_HOME/shoal/credentials``."""
+    return default_user_config_path().with_name("credentials")
 
 
 def default_user_secret_path() -> Path:

@@ -16,6 +16,7 @@ from shoal._internal.archives import DEFAULT_MAX_EXTRACT_BYTES, DEFAULT_MAX_EXTR
 from shoal.config import (
     _sagemaker_override,
     default_admin_config_path,
+    default_credentials_path,
     default_user_config_path,
     default_user_secret_path,
     shoal_environ,
@@ -80,6 +81,9 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     #: On a team server: the URL its jobs' supervisors reach it at (``http://host:8765``);
     #: default: the address it binds (see ``shoal.server.admin.supervisor_url``).
     server_public_url: str | None = None
+    #: The logins ``shoal login`` stores (default ``$XDG_CONFIG_HOME/shoal/credentials``);
+    #: the current one is used when no ``SHOAL_SERVER_URL`` (nor own store URL) is set.
+    credentials_file: Path | None = None
     #: On a team server: the largest upload (an artifact) it takes, in bytes (413 past it).
     server_max_upload_bytes: int = Field(default=20 * 1024**3, ge=1)
     #: What an endpoint's model servers (the user's inference code) inherit of their
@@ -87,6 +91,8 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     #: nothing that looks like a credential (``shoal.core.secrets.without_credentials``).
     endpoint_credentials: Literal["inherit", "withhold"] = "inherit"
     _explicit: frozenset[str] = PrivateAttr(default=frozenset())
+    #: The credentials file server_url (and token) came from, when they did.
+    _login_file: Path | None = PrivateAttr(default=None)
 
     def resolved_metadata_url(self) -> str:
         return self.metadata_url or f"sqlite:///{self.home / 'shoal.db'}"
@@ -109,13 +115,19 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     def user_secret_path(self) -> Path:
         return self.user_secret_file or default_user_secret_path()
 
+    def credentials_path(self) -> Path:
+        return self.credentials_file or default_credentials_path()
+
     def sources(self) -> dict[str, str]:
         """Where each setting came from: ``argument``, ``env SHOAL_X`` or ``default``."""
         out = {}
         environ = shoal_environ()
         for name in type(self).model_fields:
             env = f"SHOAL_{name.upper()}"
-            if name in self._explicit:
+            if self._login_file is not None and name in ("server_url", "token") and \
+                    env not in environ and name not in self._explicit:
+                out[name] = f"login {self._login_file}"
+            elif name in self._explicit:
                 out[name] = "argument"
             elif name in self.model_fields_set and env in environ:
                 out[name] = f"env {env}"

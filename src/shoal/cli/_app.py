@@ -27,6 +27,7 @@ from shoal.cli import (
     _jobs,
     _jobs_admin,
     _llm,
+    _login,
     _ray,
     _server,
     _workers,
@@ -50,17 +51,23 @@ app.add_typer(_alias.app, name="alias")
 app.add_typer(_workers.app, name="workers")
 app.add_typer(_server.server_app, name="server")
 app.add_typer(_server.tokens_app, name="tokens")
+app.add_typer(_server.users_app, name="users")
 _endpoints.register_serve(app)
 _jobs.app.command("submit", context_settings=_jobs_admin.SUBMIT_CONTEXT)(_jobs_admin.submit)
 _jobs.app.command("delete")(_jobs_admin.delete)
 app.command("gc")(_jobs_admin.gc)
+app.command("login")(_login.login)
+app.command("logout")(_login.logout)
+app.command("whoami")(_login.whoami)
 
 
 @app.command()
 def demo() -> None:
     """Run the seed examples as real jobs and show how to find each one again."""
     from shoal._internal.extras import needs_extra
+    from shoal.cli._remote import refuse_through_server
 
+    refuse_through_server("demo")
     with needs_extra("all", "shoal demo"):  # it shows every feature
         from shoal.cli._demo import run_demo
 

@@ -93,15 +93,18 @@ class State:
     def session_kwargs(self) -> dict[str, Any]:
         return {"home": str(self.home)} if self.home is not None else {}
 
-    def session(self, *, config_files: Sequence[Path] = (), **settings: Any) -> Session:
+    def session(self, *, config_files: Sequence[Path] = (), direct: bool = False,
+                **settings: Any) -> Session:
         """A session for this invocation (``--home`` beats ``SHOAL_HOME``; a command's own
-        *settings*, its flags, beat both)."""
+        *settings*, its flags, beat both); *direct*: on this host's own stores even when
+        logged in to a team server (the server's commands)."""
         from shoal.session import Session
 
-        key = (*config_files, *sorted(settings.items()))
+        key = (*config_files, *(("direct",) if direct else ()), *sorted(settings.items()))
         if key not in self._sessions:
+            extra = {"server_url": None} if direct else {}
             self._sessions[key] = Session(config_files=tuple(config_files),
-                                          **{**self.session_kwargs(), **settings})
+                                          **{**self.session_kwargs(), **extra, **settings})
         return self._sessions[key]
 
     def home_option(self) -> str:

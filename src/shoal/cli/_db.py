@@ -24,8 +24,10 @@ def upgrade(
     from shoal.storage.sql import redact_url, upgrade_schema
 
     if url is None:
+        from shoal.cli._remote import refuse_through_server
         from shoal.config import Settings
 
+        refuse_through_server("db upgrade")
         url = Settings(**state.session_kwargs()).resolved_metadata_url()
     revision = upgrade_schema(url)
     out().print(f"metadata database {redact_url(url)} is at schema revision {revision}")

@@ -19,9 +19,11 @@ app = typer.Typer(help="List and prune cached job environments.", no_args_is_hel
                   rich_markup_mode=None)
 
 
-def _builder() -> UvEnvBuilder:
+def _builder(command: str) -> UvEnvBuilder:
+    from shoal.cli._remote import refuse_through_server
     from shoal.session import Session
 
+    refuse_through_server(command)
     builder: UvEnvBuilder = Session(**state.session_kwargs()).env_builder
     return builder
 
@@ -46,7 +48,7 @@ def list_envs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show every cached environment: key, packages, size, last use."""
-    envs = _builder().list()
+    envs = _builder("envs list").list()
     if as_json:
         print_json([{"key": e.key, "packages": e.packages, "size_bytes": e.size_bytes,
                      "created_at": _iso(e.created_at), "last_used_at": _iso(e.last_used_at),
@@ -78,7 +80,7 @@ def prune(
 ) -> None:
     """Remove environments not used recently (and leftovers of failed builds)."""
     seconds = _parse_duration(unused_for)
-    removed = _builder().prune(unused_for_seconds=seconds)
+    removed = _builder("envs prune").prune(unused_for_seconds=seconds)
     out().print(f"removed {len(removed)} environment(s)"
                 + (": " + ", ".join(k[:16] for k in removed) if removed else ""))
 

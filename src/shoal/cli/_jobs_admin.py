@@ -15,6 +15,7 @@ from shoal.cli._render import parse_since, print_json
 from shoal.core.jobs import FailureKind, JobStatus
 
 if TYPE_CHECKING:
+    from shoal.client import HttpMaintenance
     from shoal.core.jobs import JobRecord
 
 __all__ = ["SUBMIT_CONTEXT", "delete", "gc", "submit"]
@@ -128,8 +129,8 @@ def delete(
         "--json", help="Print JSON: {dry_run, jobs, runs, experiments, bytes}.")] = False,
 ) -> None:
     """Delete jobs: their records, metrics, artifacts, logs and work directories."""
-    from shoal.cli._gc import Removal, delete_jobs
     from shoal.errors import InvalidArgumentError
+    from shoal.jobs.cleanup import Removal, delete_jobs
 
     service = state.session().jobs
     service.reap()
@@ -145,9 +146,24 @@ def delete(
             service.cancel(r.name)
         for r in running:
             service.wait(r.name)
-    removal = Removal()
-    delete_jobs(state.session(), [r.name for r in records], removal, dry_run=dry_run)
+    remote = _maintenance()
+    if remote is not None:  # the server removes them from its stores
+        removal = Removal.from_json(remote.remove_jobs([r.name for r in records],
+                                                       dry_run=dry_run))
+    else:
+        removal = Removal()
+        delete_jobs(state.session(), [r.name for r in records], removal, dry_run=dry_run)
     _report(removal, dry_run=dry_run, as_json=as_json)
+
+
+def _maintenance() -> HttpMaintenance | None:
+    """The team server's gc and removals when this shell uses one, else None."""
+    session = state.session()
+    if session.settings.server_url is None:
+        return None
+    from shoal.client import HttpMaintenance
+
+    return HttpMaintenance(session.server_connection())
 
 
 def _report(removal: Any, *, dry_run: bool, as_json: bool) -> None:
@@ -182,10 +198,11 @@ def gc(
     """Delete old jobs, runs and experiments with their artifacts, logs and metrics.
 
     Jobs that ended before AGE ago; runs that ended before then; experiments created before
-    then whose runs all go. Jobs still running are never touched.
+    then whose runs all go. Jobs still running are never touched. Through a team server: the
+    server's gc, of your own records (an admin's: of everyone's).
     """
-    from shoal.cli._gc import Removal, delete_jobs, delete_runs, gc_plan, now
     from shoal.errors import InvalidArgumentError
+    from shoal.jobs.cleanup import Removal, delete_jobs, delete_runs, gc_plan, now
 
     try:
         age = parse_since(older_than)
@@ -196,6 +213,12 @@ def gc(
     if live:
         raise InvalidArgumentError(f"--status {', '.join(live)}: gc removes only ended jobs "
                                    "(completed, failed, stopped)")
+    remote = _maintenance()
+    if remote is not None:  # the server's own gc, of what the caller may remove
+        doc = remote.gc(older_than_seconds=max(age, timedelta(0)).total_seconds(),
+                        statuses=[s.value for s in statuses], dry_run=dry_run)
+        _report(Removal.from_json(doc), dry_run=dry_run, as_json=as_json)
+        return
     session = state.session()
     session.jobs.reap()
     cutoff = now() - max(age, timedelta(0))

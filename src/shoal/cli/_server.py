@@ -1,21 +1,32 @@
-"""``shoal server`` (serve the team API), ``shoal server init`` and ``shoal tokens``: run on
-the server's host, on its store (its ``SHOAL_HOME`` / ``SHOAL_METADATA_URL``)."""
+"""``shoal server`` (serve the team API) and ``shoal server init``, run on the server's host
+on its store (its ``SHOAL_HOME`` / ``SHOAL_METADATA_URL``); ``shoal tokens`` and ``shoal
+users``: through the team server when one is set (``SHOAL_SERVER_URL`` or ``shoal login``, an
+admin's token), else on this host's store directly."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shoal.cli._context import err, out, state
+from shoal.cli._remote import refuse_through_server
 
-__all__ = ["server_app", "tokens_app"]
+if TYPE_CHECKING:
+    from shoal.client import HttpUserAdmin
+    from shoal.core.auth import ApiToken, Scope, User
+
+__all__ = ["server_app", "tokens_app", "users_app"]
 
 server_app = typer.Typer(help="The team server (preview): an HTTP API over this host's stores.",
                          invoke_without_command=True, rich_markup_mode=None)
-tokens_app = typer.Typer(help="API tokens of the team server (run on the server's host).",
+tokens_app = typer.Typer(help="API tokens of the team server (through it when one is set, as "
+                         "an admin; else on this host's store).",
                          no_args_is_help=True, rich_markup_mode=None)
+users_app = typer.Typer(help="Users of the team server (through it when one is set, as an "
+                        "admin; else on this host's store).",
+                        no_args_is_help=True, rich_markup_mode=None)
 
 
 @server_app.callback()
@@ -43,7 +54,8 @@ def server(
     from shoal.server.admin import check_bind, serve, serve_settings, supervisor_url
 
     check_bind(host, auth=not no_auth)
-    session = state.session(**serve_settings(backend=backend, ray_address=ray_address,
+    refuse_through_server("server", env_only=True)
+    session = state.session(direct=True, **serve_settings(backend=backend, ray_address=ray_address,
                                              public_url=public_url))
     settings = session.settings
     url = supervisor_url(host, port, public_url=settings.server_public_url,
@@ -63,9 +75,40 @@ def init(
     """Create the first admin and print its token (shown once)."""
     from shoal.server.admin import init_admin
 
-    made = init_admin(state.session().metadata, user)
+    refuse_through_server("server init", env_only=True)
+    made = init_admin(state.session(direct=True).metadata, user)
     err().print(f"admin {user!r} created; its token (shown once, keep it safe):")
     out().print(made.token, soft_wrap=True, highlight=False)
+
+
+def _remote() -> HttpUserAdmin | None:
+    """The team server's user admin when this shell uses one, else None (this host's
+    store)."""
+    session = state.session()
+    if session.settings.server_url is None:
+        return None
+    from shoal.client import HttpUserAdmin
+
+    return HttpUserAdmin(session.server_connection())
+
+
+def _scope(scope: str) -> Scope:
+    from shoal.core.auth import Scope
+    from shoal.errors import InvalidArgumentError
+
+    try:
+        return Scope(scope)
+    except ValueError:
+        raise InvalidArgumentError(f"--scope {scope!r} is not one of read, write, admin",
+                                   argument="scope") from None
+
+
+def _token_json(t: ApiToken) -> dict[str, object]:
+    from shoal.cli._render import iso
+
+    return {"id": t.id, "user": t.user, "name": t.name, "scope": t.scope.value,
+            "created_at": iso(t.created_at), "expires_at": iso(t.expires_at),
+            "revoked_at": iso(t.revoked_at)}
 
 
 @tokens_app.command("create")
@@ -78,30 +121,39 @@ def create(
     create_user: Annotated[bool, typer.Option(help="Create the user if it is new.")] = False,
 ) -> None:
     """Make a token and print it (shown once)."""
-    from shoal.core.auth import Scope
-    from shoal.errors import InvalidArgumentError
     from shoal.server.admin import create_token
 
-    try:
-        level = Scope(scope)
-    except ValueError:
-        raise InvalidArgumentError(f"--scope {scope!r} is not one of read, write, admin",
-                                   argument="scope") from None
-    store = state.session().metadata
-    if create_user and store.find_user(user) is None:
-        store.create_user(user)
-    made = create_token(store, user, name, scope=level, expires_in=None if expires_days is None
-                        else timedelta(days=expires_days))
-    err().print(f"token {name!r} of {user!r} (id {made.record.id}, scope {level.value}); "
+    level = _scope(scope)
+    expires = None if expires_days is None else timedelta(days=expires_days)
+    remote = _remote()
+    if remote is not None:
+        token, record = remote.create_token(user, name, scope=level, expires_in=expires,
+                                            create_user=create_user)
+    else:
+        store = state.session().metadata
+        if create_user and store.find_user(user) is None:
+            store.create_user(user)
+        made = create_token(store, user, name, scope=level, expires_in=expires)
+        token, record = made.token, made.record
+    err().print(f"token {name!r} of {user!r} (id {record.id}, scope {level.value}); "
                 "shown once:")
-    out().print(made.token, soft_wrap=True, highlight=False)
+    out().print(token, soft_wrap=True, highlight=False)
 
 
 @tokens_app.command("list")
 def list_(user: Annotated[str | None, typer.Option(help="Only this user's tokens.")] = None,
+          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
           ) -> None:
     """List tokens (never the tokens themselves)."""
-    for t in state.session().metadata.list_tokens(user):
+    from shoal.cli._render import print_json
+
+    remote = _remote()
+    tokens = remote.list_tokens(user) if remote is not None else \
+        state.session().metadata.list_tokens(user)
+    if as_json:
+        print_json([_token_json(t) for t in tokens])
+        return
+    for t in tokens:
         state_ = "revoked" if t.revoked_at else (
             f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "no expiry")
         out().print(f"{t.id}  {t.user}  {t.name}  {t.scope.value}  {state_}", highlight=False)
@@ -110,5 +162,39 @@ def list_(user: Annotated[str | None, typer.Option(help="Only this user's tokens
 @tokens_app.command()
 def revoke(token_id: Annotated[str, typer.Argument(help="The id 'tokens list' shows.")]) -> None:
     """Revoke a token: the server refuses it from the next request on."""
-    token = state.session().metadata.revoke_token(token_id)
+    remote = _remote()
+    token = remote.revoke_token(token_id) if remote is not None else \
+        state.session().metadata.revoke_token(token_id)
     out().print(f"revoked token {token.name!r} of {token.user!r} ({token.id})")
+
+
+@users_app.command("create")
+def create_user_(
+    name: Annotated[str, typer.Argument(help="The new user's name.")],
+    admin: Annotated[bool, typer.Option("--admin", help="Make the user an admin.")] = False,
+) -> None:
+    """Add a user (then give them a token with 'shoal tokens create --user NAME')."""
+    remote = _remote()
+    made = remote.create_user(name, is_admin=admin) if remote is not None else \
+        state.session().metadata.create_user(name, is_admin=admin)
+    out().print(f"user {made.name!r} created{' (admin)' if made.is_admin else ''}; make "
+                f"its token with 'shoal tokens create --user {made.name} --name NAME'",
+                highlight=False)
+
+
+@users_app.command("list")
+def list_users(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+               ) -> None:
+    """List the server's users."""
+    from shoal.cli._render import format_time, iso, print_json
+
+    remote = _remote()
+    users: list[User] = remote.list_users() if remote is not None else \
+        state.session().metadata.list_users()
+    if as_json:
+        print_json([{"name": u.name, "is_admin": u.is_admin,
+                     "created_at": iso(u.created_at)} for u in users])
+        return
+    for u in users:
+        out().print(f"{u.name}  {'admin' if u.is_admin else 'user'}  "
+                    f"{format_time(u.created_at)}", highlight=False)

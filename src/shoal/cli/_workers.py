@@ -12,6 +12,7 @@ from shoal.cli._render import format_duration, listing, print_json
 
 if TYPE_CHECKING:
     from shoal.backends.workers import Worker
+    from shoal.client import HttpMaintenance
 
 __all__ = ["app"]
 
@@ -45,20 +46,37 @@ def list_workers(
         "--json", help="Print JSON: [{pid, kind, home, name, state, idle_seconds, "
                        "rss_bytes}].")] = False,
 ) -> None:
-    """Show what runs in the background: pid, kind, name, state, idle time, memory."""
-    workers = _workers()
+    """Show what runs in the background: pid, kind, name, state, idle time, memory (through
+    a team server: on the server's host, for an admin)."""
+    remote = _remote()
+    docs = remote.workers() if remote is not None else [w.to_json() for w in _workers()]
     if as_json:
-        print_json([w.to_json() for w in workers])
+        print_json(docs)
         return
-    if not workers:
-        err().print(f"nothing runs in the background for {state.session().home}")
+    if not docs:
+        err().print(f"nothing runs in the background for {_where()}")
         return
     table = listing("pid", "kind", "name", "state", "idle", "memory", "home",
                     right=("pid", "idle", "memory"))
-    for w in workers:
-        table.add_row(str(w.pid), w.kind, w.name, w.state, format_duration(w.idle_seconds),
-                      _mib(w.rss_bytes), w.home)
+    for w in docs:
+        table.add_row(str(w["pid"]), w["kind"], w["name"], w["state"],
+                      format_duration(w["idle_seconds"]), _mib(w["rss_bytes"]), w["home"])
     emit(table)
+
+
+def _remote() -> HttpMaintenance | None:
+    """The team server's worker listing when this shell uses one, else None."""
+    session = state.session()
+    if session.settings.server_url is None:
+        return None
+    from shoal.client import HttpMaintenance
+
+    return HttpMaintenance(session.server_connection())
+
+
+def _where() -> str:
+    url = state.session().settings.server_url
+    return f"the server {url}" if url is not None else str(state.session().home)
 
 
 @app.command()
@@ -78,6 +96,15 @@ def stop(
 
     if bool(pids) == all_:
         raise InvalidArgumentError("give the pids to stop, or --all (not both)")
+    remote = _remote()
+    if remote is not None:  # the server stops its own host's workers
+        stopped = remote.stop_workers(list(pids or ()), all_=all_, grace_seconds=grace)
+        for done in stopped:
+            out().print(f"{done['outcome']} {done['kind']} {done['name']} (pid "
+                        f"{done['pid']}) on {_where()}")
+        if not stopped:
+            err().print(f"nothing runs in the background for {_where()}")
+        return
     workers = _workers()
     if not all_:
         by_pid = {w.pid: w for w in workers}

@@ -13,8 +13,10 @@ from shoal.client.endpoints import HttpEndpointBackend, HttpEndpointStore
 from shoal.client.http import API_VERSION, ServerConnection
 from shoal.client.jobs import HttpJobStore
 from shoal.client.keys import HttpJobKeys
+from shoal.client.maintenance import HttpMaintenance
 from shoal.client.runs import HttpRunStore
+from shoal.client.users import HttpUserAdmin
 
 __all__ = ["API_VERSION", "HttpArtifactStore", "HttpBackend", "HttpEndpointBackend",
-           "HttpEndpointStore",
-           "HttpJobEnds", "HttpJobKeys", "HttpJobStore", "HttpRunStore", "ServerConnection"]
+           "HttpEndpointStore", "HttpJobEnds", "HttpJobKeys", "HttpJobStore", "HttpMaintenance",
+           "HttpRunStore", "HttpUserAdmin", "ServerConnection"]

@@ -8,7 +8,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shoal.core.auth import ApiToken, Scope, hash_token, new_token
 from shoal.core.ports import AuthStore
@@ -23,6 +23,7 @@ __all__ = ["NewToken", "check_bind", "check_public_url", "create_token", "init_a
            "supervisor_url"]
 
 logger = logging.getLogger(__name__)
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,24 +180,35 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
     from shoal.server._signals import NotifyingJobStore, Signals
     from shoal.server.app import create_app
 
-    store = session.metadata
+    # Its stores answer at once, without waiting out an outage: a request that finds the
+    # database away is a 503 naming it (server/app.py), so no server thread sits out the
+    # outage; clients wait for the store themselves (their SHOAL_STORE_OUTAGE_SECONDS).
+    store = _at_once(session.metadata)
     if auth and not is_loopback(host):
         logger.warning("serving on %s over plain HTTP: tokens travel unencrypted; put a TLS "
                        "proxy in front for a network you do not trust", host)
     signals = Signals()
     server_jobs = ServerJobs(session, own, signals)
     app = create_app(store, store if auth else None, jobs=NotifyingJobStore(store, signals),
-                     endpoints=store, artifacts=session.artifacts,
+                     endpoints=store, artifacts=_at_once(session.artifacts),
                      upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes,
                      server_jobs=server_jobs,
-                     server_endpoints=ServerEndpoints(session, store))
+                     server_endpoints=ServerEndpoints(session, store), users=store)
     # One process, no websockets (no route needs them: their protocol module is then never
     # imported). One process also keeps TCP_NODELAY on accepted sockets: asyncio and uvloop
     # set it on the sockets of the server they create, while the sockets of uvicorn's
     # --workers lose it (uvicorn issue 3149; tests/integration/test_server_sockets.py).
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                           lifespan="off", ws="none", interface="asgi3")
+
+
+def _at_once(store: S) -> S:
+    """*store* without the session's outage wrapper (``storage/outage.py``)."""
+    from shoal.storage.outage import OutageTolerant
+
+    inner: S = store.inner if isinstance(store, OutageTolerant) else store
+    return inner
 
 
 def serve(session: Session, *, host: str, port: int, auth: bool) -> None:

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from shoal.core.api import API_PREFIX, API_VERSION
 from shoal.core.auth import ApiToken
 from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, RunStore
-from shoal.errors import ShoalError
+from shoal.errors import ArtifactStoreError, ShoalError, StorageError
 from shoal.server._artifacts import DEFAULT_MAX_UPLOAD_BYTES, artifact_routes
 from shoal.server._auth import Authorizer
 from shoal.server._endpoints import endpoint_files_guard, endpoint_routes
@@ -46,13 +46,14 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                upload_dir: Path | None = None,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
                server_jobs: ServerJobs | None = None,
-               server_endpoints: ServerEndpoints | None = None) -> FastAPI:
+               server_endpoints: ServerEndpoints | None = None,
+               users: AuthStore | None = None) -> FastAPI:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
     waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
-    runtime's routes)."""
+    runtime's routes); *users*: the admin routes over users and tokens."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -82,12 +83,18 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
                                                   max_upload_bytes=max_upload_bytes,
                                                   guard=guard))
+    if users is not None:
+        from shoal.server._users import user_routes
+
+        authorized.include_router(user_routes(users))
     if server_jobs is not None:
         from shoal.server._jobwait import wait_routes
         from shoal.server._launches import launch_routes
+        from shoal.server._maintenance import maintenance_routes
 
         authorized.include_router(launch_routes(server_jobs))
         authorized.include_router(wait_routes(server_jobs))
+        authorized.include_router(maintenance_routes(server_jobs.session))
     if server_endpoints is not None:
         from shoal.server._endpoint_runtime import runtime_routes
 
@@ -115,9 +122,27 @@ def _detail(value: Any) -> Any:
 
 async def _shoal_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ShoalError)
+    if isinstance(exc, StorageError) and exc.details.get("transient"):
+        return _store_away(request, exc)
     if exc.http_status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc)
     return JSONResponse(_body(exc.code, exc.message, exc.details), status_code=exc.http_status)
+
+
+def _store_away(request: Request, exc: StorageError) -> JSONResponse:
+    """A store of the server's that does not answer (a database restart): 503 naming it and
+    its reason, still ``transient`` so clients wait it out (``storage/outage.py``); the
+    server itself stays up and answers again once the store is back."""
+    what = "artifact" if isinstance(exc, ArtifactStoreError) else "metadata"
+    url = exc.details.get("url")  # redacted by the store: a password shows as ***
+    hidden = " (password hidden)" if "***" in str(url) else ""
+    store = f"the {what} store at {url}{hidden}" if url else f"the {what} store"
+    message = (f"{store} of this shoal server does not answer: {exc.message}. The server "
+               "is up and answers again once the store is back; clients wait for it up to "
+               "SHOAL_STORE_OUTAGE_SECONDS")
+    logger.warning("%s %s: %s", request.method, request.url.path, message)
+    return JSONResponse(_body(exc.code, message, exc.details), status_code=503,
+                        headers={"Retry-After": "1"})
 
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:

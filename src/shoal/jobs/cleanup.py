@@ -1,5 +1,7 @@
-"""``shoal jobs delete`` and ``shoal gc``: remove finished jobs, runs and experiments with
-everything shoal stored for them, and say how much went.
+"""What ``shoal jobs delete`` and ``shoal gc`` do: remove finished jobs, runs and experiments
+with everything shoal stored for them, and say how much went. Run by the CLI on its own
+stores, and by the team server on its stores for a client (``server/_maintenance.py``), so a
+gc through the server is the server's own.
 
 What a job leaves: its record, status history and metrics (metadata store); everything under
 ``<artifact root>/<job>/`` (payloads, shipped workdir, ``logs/``, ``output/``, checkpoints);
@@ -18,14 +20,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from shoal.core.experiments import RunRecord
     from shoal.core.jobs import JobStatus
-    from shoal.session import Session
+    from shoal.core.ports import ArtifactStore, MetadataStore
 
-__all__ = ["Removal", "delete_jobs", "gc_plan", "job_bytes", "run_bytes"]
+__all__ = ["Removal", "Stores", "delete_jobs", "delete_runs", "gc_plan", "job_bytes", "now",
+           "run_bytes"]
+
+
+class Stores(Protocol):
+    """Where a removal happens: a ``Session`` is one (its home: this machine's files)."""
+
+    @property
+    def metadata(self) -> MetadataStore: ...
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+    @property
+    def home(self) -> Path: ...
 
 
 @dataclass
@@ -42,8 +56,15 @@ class Removal:
                 "runs": [{"experiment_name": e, "run_name": r} for e, r in self.runs],
                 "experiments": self.experiments, "bytes": self.bytes}
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Removal:
+        """A removal from ``to_json``'s document (a team server's answer)."""
+        return cls([str(j) for j in doc["jobs"]],
+                   [(str(r["experiment_name"]), str(r["run_name"])) for r in doc["runs"]],
+                   [str(e) for e in doc["experiments"]], int(doc["bytes"]))
 
-def _local_paths(session: Session, name: str) -> list[Path]:
+
+def _local_paths(session: Stores, name: str) -> list[Path]:
     home = session.home
     paths = [home / "run" / "supervisors" / f"{name}.log"]
     work = home / "work"
@@ -65,7 +86,7 @@ def _size(path: Path) -> int:
     return total
 
 
-def job_bytes(session: Session, name: str) -> int:
+def job_bytes(session: Stores, name: str) -> int:
     """Bytes stored for job *name*: its artifacts, its small payloads in the database and its
     files on this machine."""
     stored: int = (session.artifacts.disk_usage(name)
@@ -73,7 +94,7 @@ def job_bytes(session: Session, name: str) -> int:
     return stored + sum(_size(p) for p in _local_paths(session, name))
 
 
-def _remove_job_files(session: Session, name: str) -> None:
+def _remove_job_files(session: Stores, name: str) -> None:
     session.artifacts.delete_prefix(name)
     for path in _local_paths(session, name):
         if path.is_dir() and not path.is_symlink():
@@ -82,7 +103,7 @@ def _remove_job_files(session: Session, name: str) -> None:
             path.unlink(missing_ok=True)
 
 
-def delete_jobs(session: Session, names: Sequence[str], removal: Removal, *,
+def delete_jobs(session: Stores, names: Sequence[str], removal: Removal, *,
                 dry_run: bool) -> None:
     """Remove finished jobs *names* (files, then records), adding them to *removal*."""
     for name in names:
@@ -94,17 +115,17 @@ def delete_jobs(session: Session, names: Sequence[str], removal: Removal, *,
         session.metadata.delete_jobs(list(names))
 
 
-def _run_keys(session: Session, run: RunRecord) -> list[str]:
+def _run_keys(session: Stores, run: RunRecord) -> list[str]:
     root = session.artifacts.root.rstrip("/") + "/"
     return [a.value[len(root):] for a in run.artifacts
             if a.is_output and a.value.startswith(root) and len(a.value) > len(root)]
 
 
-def run_bytes(session: Session, run: RunRecord) -> int:
+def run_bytes(session: Stores, run: RunRecord) -> int:
     return sum(session.artifacts.disk_usage(k) for k in _run_keys(session, run))
 
 
-def delete_runs(session: Session, runs: Iterable[RunRecord], removal: Removal, *,
+def delete_runs(session: Stores, runs: Iterable[RunRecord], removal: Removal, *,
                 dry_run: bool) -> None:
     for run in runs:
         removal.bytes += run_bytes(session, run)
@@ -118,25 +139,28 @@ def delete_runs(session: Session, runs: Iterable[RunRecord], removal: Removal, *
 _RUN_STATUS = {"completed": "Completed", "failed": "Failed", "stopped": "Stopped"}
 
 
-def gc_plan(session: Session, cutoff: datetime, statuses: Sequence[JobStatus]
-            ) -> tuple[list[str], list[RunRecord], list[str]]:
+def gc_plan(session: Stores, cutoff: datetime, statuses: Sequence[JobStatus], *,
+            owner: str | None = None) -> tuple[list[str], list[RunRecord], list[str]]:
     """What ``shoal gc`` removes: jobs in *statuses* that ended before *cutoff*; runs that
     ended before it with the matching status; experiments created before it whose runs all
-    go (or that have none)."""
+    go (or that have none). With *owner*, only what *owner* owns (a team server's user who
+    is not an admin)."""
     from shoal.core.ports import JobQuery
 
     metadata = session.metadata
     query = JobQuery(statuses=tuple(statuses), ended_before=cutoff, limit=10_000_000)
-    jobs: list[str] = [r.name for r in metadata.list_jobs(query)]
+    jobs: list[str] = [r.name for r in metadata.list_jobs(query)
+                       if owner is None or r.owner == owner]
     run_statuses = {_RUN_STATUS[str(s)] for s in statuses if str(s) in _RUN_STATUS}
     runs: list[RunRecord] = []
     experiments: list[str] = []
     for exp in metadata.list_experiments():
         all_runs = metadata.list_runs(exp.name)
         old = [r for r in all_runs if r.ended_at is not None and r.ended_at < cutoff
-               and str(r.status) in run_statuses]
+               and str(r.status) in run_statuses and (owner is None or r.owner == owner)]
         runs += old
-        if len(old) == len(all_runs) and exp.created_at < cutoff:
+        if len(old) == len(all_runs) and exp.created_at < cutoff and (
+                owner is None or exp.owner == owner):
             experiments.append(exp.name)
     return jobs, runs, experiments
 
