@@ -8,21 +8,20 @@ left out.
   cluster, a model served in the foreground, the login itself) and works the same.
 - ``REFUSED``: it makes no sense remotely; :func:`refuse_through_server` says why and what to
   run instead.
-- ``NOT_YET``: not wired through the server yet (refused by ``Session`` naming
-  ``SHOAL_SERVER_URL``); endpoints through the server are another branch's work (#20).
 """
 
 from __future__ import annotations
 
 from shoal.cli._context import state
 
-__all__ = ["NOT_YET", "ON_THIS_MACHINE", "REFUSED", "THROUGH_SERVER", "refuse_through_server"]
+__all__ = ["ON_THIS_MACHINE", "REFUSED", "THROUGH_SERVER", "refuse_through_server"]
 
 THROUGH_SERVER = frozenset({
     "gc", "jobs list", "jobs describe", "jobs metrics", "jobs logs", "jobs cancel",
     "jobs submit", "jobs delete", "experiments list", "experiments runs", "runs show",
     "llm finetune", "workers list", "workers stop", "tokens create", "tokens list",
-    "tokens revoke", "users create", "users list", "whoami",
+    "tokens revoke", "users create", "users list", "whoami", "endpoints list",
+    "endpoints describe", "endpoints invoke", "endpoints delete",
 })
 ON_THIS_MACHINE = frozenset({
     "serve", "config show", "bundle build", "bundle verify", "ray up", "ray down",
@@ -47,8 +46,6 @@ REFUSED: dict[str, str] = {
                    "adds users with 'shoal users create' and tokens with 'shoal tokens "
                    "create'",
 }
-NOT_YET = frozenset({"endpoints list", "endpoints describe", "endpoints invoke",
-                     "endpoints delete"})
 
 
 def refuse_through_server(command: str, *, env_only: bool = False) -> None:
