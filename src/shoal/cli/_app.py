@@ -29,6 +29,7 @@ from shoal.cli import (
     _llm,
     _ray,
     _server,
+    _ui,
     _workers,
 )
 from shoal.cli._options import root_app
@@ -54,6 +55,7 @@ _endpoints.register_serve(app)
 _jobs.app.command("submit", context_settings=_jobs_admin.SUBMIT_CONTEXT)(_jobs_admin.submit)
 _jobs.app.command("delete")(_jobs_admin.delete)
 app.command("gc")(_jobs_admin.gc)
+app.command("ui")(_ui.ui)
 
 
 @app.command()

@@ -1,0 +1,99 @@
+"""The console's experiment pages: experiments, an experiment's runs (parameters and last
+metric values as columns), a run with its metric charts, and the series the charts draw,
+thinned on the server to the chart's width (``_downsample.py``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import JSONResponse, Response
+
+from shoal.console._downsample import minmax_buckets
+from shoal.console._render import ago, page
+from shoal.console._session import utcnow
+from shoal.core.ports import RunStore
+from shoal.errors import InvalidArgumentError
+
+__all__ = ["run_routes"]
+
+#: Columns of the runs table beyond these are left out (the run page shows them all).
+_MAX_COLUMNS = 40
+_MAX_WIDTH = 4096
+#: Charts on a run's page (the rest of its metrics are listed).
+_MAX_CHARTS = 12
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+def run_routes(runs: RunStore) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/experiments")
+    def experiments_page(request: Request) -> Response:
+        now = utcnow()
+        rows = [{"name": e.name, "display_name": e.display_name or "", "runs": e.run_count,
+                 "owner": e.owner, "age": ago(e.created_at, now)}
+                for e in sorted(runs.list_experiments(), key=lambda e: e.created_at,
+                                reverse=True)]
+        return page(request, "experiments.html", experiments=rows)
+
+    @api.get("/experiments/{experiment}")
+    def experiment_page(request: Request, experiment: str) -> Response:
+        record = runs.get_experiment(experiment)
+        now = utcnow()
+        found = runs.list_runs(experiment)
+        params: dict[str, None] = {}
+        metrics: dict[str, None] = {}
+        lasts = []
+        for run in found:
+            last = {m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
+            params.update(dict.fromkeys(run.parameters))
+            metrics.update(dict.fromkeys(last))
+            lasts.append(last)
+        param_cols = sorted(params)[:_MAX_COLUMNS]
+        metric_cols = sorted(metrics)[:_MAX_COLUMNS]
+        rows = [{"name": run.run_name, "status": run.status.value, "owner": run.owner,
+                 "age": ago(run.created_at, now),
+                 "cells": [_cell(run.parameters.get(c)) for c in param_cols]
+                 + [_cell(last.get(c)) for c in metric_cols]}
+                for run, last in zip(found, lasts, strict=True)]
+        return page(request, "experiment.html", experiment=record, rows=rows,
+                    param_cols=param_cols, metric_cols=metric_cols)
+
+    @api.get("/experiments/{experiment}/runs/{run}")
+    def run_page(request: Request, experiment: str, run: str) -> Response:
+        record = runs.get_run(experiment, run)
+        summaries = runs.metric_summaries(record.metrics_owner)
+        return page(request, "run.html", run=record, summaries=summaries,
+                    charts=[s.name for s in summaries[:_MAX_CHARTS]],
+                    metrics_owner=record.metrics_owner,
+                    params=sorted(record.parameters.items()),
+                    tags=sorted(record.tags.items()))
+
+    @api.get("/series")
+    def series(owner: str, name: Annotated[list[str], Query()],
+               width: Annotated[int, Query(ge=1)] = 800) -> Response:
+        """Each metric *name* of *owner*, at most ``2 * width`` points each: x the steps
+        when every point has one, else the timestamps (epoch seconds)."""
+        width = min(width, _MAX_WIDTH)
+        if len(name) > 50:
+            raise InvalidArgumentError(f"a chart draws at most 50 series, not {len(name)}")
+        out = []
+        for metric in name:
+            points = runs.get_metrics(owner, metric)
+            by_step = bool(points) and all(p.step is not None for p in points)
+            pairs = sorted(((float(p.step) if by_step and p.step is not None else p.timestamp),
+                            p.value) for p in points)
+            xs, ys = minmax_buckets([x for x, _ in pairs], [y for _, y in pairs], width)
+            out.append({"name": metric, "x_is_step": by_step, "points": len(points),
+                        "x": xs, "y": [None if math.isnan(y) or math.isinf(y) else y
+                                       for y in ys]})
+        return JSONResponse({"owner": owner, "series": out})
+
+    return api

@@ -1,0 +1,83 @@
+// The shoal console's own script: a job's live log tail and the metric charts (uPlot).
+// Every value from the server is set as text (textContent) or handed to uPlot as numbers and
+// labels, never as HTML.
+"use strict";
+
+(function () {
+  const POLL_MS = 1000;
+
+  function followLog(pre) {
+    const url = pre.dataset.logUrl;
+    const decoder = new TextDecoder();
+    let offset = null;
+    async function poll() {
+      let ended = false;
+      try {
+        const query = offset === null ? "tail=true" : "offset=" + offset;
+        const response = await fetch(url + "?" + query, {credentials: "same-origin"});
+        if (response.ok) {
+          const bytes = new Uint8Array(await response.arrayBuffer());
+          offset = Number(response.headers.get("X-Log-Offset"));
+          ended = response.headers.get("X-Job-Ended") === "1";
+          if (bytes.length) {
+            const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+            pre.append(document.createTextNode(decoder.decode(bytes, {stream: !ended})));
+            if (atBottom) pre.scrollTop = pre.scrollHeight;
+          }
+          pre.dataset.offset = String(offset);
+        }
+      } catch (e) {
+        // a dropped connection (server restart): try again at the same offset
+      }
+      if (ended) {
+        pre.dataset.ended = "1";
+      } else {
+        setTimeout(poll, POLL_MS);
+      }
+    }
+    poll();
+  }
+
+  async function drawChart(figure) {
+    const base = document.body.dataset.base;
+    const width = Math.max(200, Math.floor(figure.clientWidth || 600));
+    const params = new URLSearchParams({owner: figure.dataset.owner, width: String(width)});
+    params.append("name", figure.dataset.metric);
+    const response = await fetch(base + "/series?" + params, {credentials: "same-origin"});
+    if (!response.ok) {
+      const note = document.createElement("p");
+      note.className = "error";
+      note.textContent = "could not load " + figure.dataset.metric + ": HTTP " + response.status;
+      figure.append(note);
+      return;
+    }
+    const body = await response.json();
+    const first = body.series[0];
+    const data = [first.x, ...body.series.map((s) => s.y)];
+    const opts = {
+      width: width,
+      height: 220,
+      scales: {x: {time: !first.x_is_step}},
+      series: [{label: first.x_is_step ? "step" : "time"},
+               ...body.series.map((s, i) => ({label: s.name, stroke: COLOURS[i % COLOURS.length],
+                                              width: 1.5, spanGaps: false}))],
+      legend: {show: true},
+    };
+    const chart = new uPlot(opts, data, figure);
+    figure.dataset.drawn = String(body.series.length);
+    figure.dataset.points = String(first.x.length);
+    figure.chart = chart;
+  }
+
+  const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("pre[data-log-url]").forEach(followLog);
+    document.querySelectorAll("figure.chart").forEach(function (figure) {
+      drawChart(figure).catch(function (e) {
+        figure.dataset.error = String(e);
+      });
+    });
+  });
+})();

@@ -1,0 +1,333 @@
+"""The web console in real headless Chromium (Debian's, driven by Playwright's Python package;
+``scripts/chromium.sh``): ``shoal ui`` over the embedded default and the console that ``shoal
+server`` mounts at ``/console`` with token login, each a real process on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shoal
+from conftest import ShoalServer, _free_port, start_shoal_server, stop_process
+from helpers import cli_test_session, wait_until
+from shoal import RemoteExecutor
+from shoal.core import JobSpec, JobStatus
+from shoal.core.experiments import MetricPoint, run_owner
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# Read at import, before the autouse clean_env fixture strips SHOAL_* variables.
+_CHROMIUM = os.environ.get("SHOAL_TEST_CHROMIUM") or shutil.which("chromium") or ""
+HOSTILE = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+WAIT = 30.0  # seconds: generous, for a loaded machine (bounded polls, never sleeps)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not _CHROMIUM:
+        pytest.fail("no Chromium for the console's browser tests: run scripts/chromium.sh "
+                    "(installs Debian's chromium) or set SHOAL_TEST_CHROMIUM")
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=_CHROMIUM, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass
+class Tab:
+    """A browser page that records every console error and uncaught exception."""
+
+    page: Any
+    errors: list[str] = field(default_factory=list)
+
+    def goto(self, url: str) -> Any:
+        response = self.page.goto(url)
+        self.page.wait_for_load_state("load")
+        return response
+
+    def clean(self) -> None:
+        assert self.errors == [], self.errors
+        assert self.page.evaluate("window.pwned") is None  # nothing injected ran
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Tab]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(WAIT * 1000)
+    found = Tab(page)
+    page.on("console", lambda m: found.errors.append(f"console: {m.text}")
+            if m.type == "error" else None)
+    page.on("pageerror", lambda e: found.errors.append(f"page error: {e}"))
+    try:
+        yield found
+    finally:
+        context.close()
+
+
+def _up(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    if proc.poll() is not None:
+        raise RuntimeError(f"shoal ui exited with {proc.returncode}: "
+                           f"{log.read_text(errors='replace')[-2000:]}")
+    with urllib.request.urlopen(f"{url}/static/console.css", timeout=2) as r:
+        return r.status == 200
+
+
+@pytest.fixture
+def ui(clean_env: Path, tmp_path: Path) -> Iterator[str]:
+    """``shoal ui`` on a free loopback port over the test's SHOAL_HOME."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "ui.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "ui", "--port", str(port)],
+                                env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _up(url, proc, log), 60, what=f"shoal ui at {url}")
+        yield url
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture
+def session(clean_env: Path) -> Iterator[shoal.Session]:
+    with cli_test_session(clean_env) as s:
+        yield s
+
+
+def _non_blank_pixels(tab: Tab, selector: str) -> int:
+    return int(tab.page.evaluate("""(sel) => {
+        const canvas = document.querySelector(sel + " canvas");
+        const ctx = canvas.getContext("2d");
+        const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+        let n = 0;
+        for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) n++;
+        return n;
+    }""", selector))
+
+
+def _seed_runs(session: shoal.Session) -> None:
+    runs = session.runs
+    runs.ensure_experiment("exp-a")
+    for i, lr in enumerate((0.1, 0.01)):
+        runs.create_run("exp-a", f"run-{i}")
+        runs.set_run_parameters("exp-a", f"run-{i}", {"lr": lr, "note": HOSTILE})
+        runs.add_metrics(run_owner("exp-a", f"run-{i}"), [
+            MetricPoint("loss", 1.0 / (step + 1) + (5.0 if step == 7777 else 0.0),
+                        1_700_000_000.0 + step, step) for step in range(20_000)])
+
+
+def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, tab):
+    _seed_runs(session)
+    session.metadata.create_job(JobSpec(name=f"esc-{HOSTILE}", environment_variables={
+        "API_TOKEN": "tok-very-secret", "PLAIN": "visible"}), key_salt="s", backend="local")
+    session.metadata.update_job(f"esc-{HOSTILE}", status=JobStatus.FAILED, reason=HOSTILE)
+
+    tab.goto(f"{ui}/jobs")
+    row = tab.page.locator("#jobs tbody tr").first
+    assert row.locator("td").first.inner_text() == f"esc-{HOSTILE}"  # shown as text
+    row.locator("a").click()
+    tab.page.wait_for_selector("#spec")
+    assert tab.page.inner_text("#job-name") == f"esc-{HOSTILE}"
+    assert tab.page.inner_text("#job-status .reason") == HOSTILE
+    spec = tab.page.inner_text("#spec")
+    assert "visible" in spec and "tok-very-secret" not in spec and "****" in spec
+    assert "tok-very-secret" not in tab.page.content()
+    tab.clean()
+
+    tab.goto(f"{ui}/experiments")
+    tab.page.click("text=exp-a")
+    table = tab.page.locator("#runs")
+    assert table.locator("tbody tr").count() == 2
+    assert HOSTILE in table.inner_text()  # the parameter, as text
+    assert "0.01" in table.inner_text()  # parameters and last metrics are columns
+    tab.page.click("text=run-1")
+    chart = "figure.chart[data-metric='loss']"
+    tab.page.wait_for_selector(f"{chart}[data-drawn='1']")
+    width = tab.page.evaluate(f"document.querySelector(\"{chart}\").clientWidth")
+    points = int(tab.page.get_attribute(chart, "data-points"))
+    assert 0 < points <= 2 * width < 20_000  # thinned on the server to the chart's width
+    assert _non_blank_pixels(tab, chart) > 100
+    tab.clean()
+
+    # the spike at step 7777 survives the thinning
+    with urllib.request.urlopen(f"{ui}/series?owner=run:exp-a/run-1&name=loss&width=300") as r:
+        import json
+
+        served = json.loads(r.read())["series"][0]
+    assert served["points"] == 20_000 and len(served["x"]) <= 600
+    assert max(served["y"]) > 5.0
+
+
+def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
+    store = session.metadata
+    for i in range(55):  # ended, so that the session's clean-up has nothing to stop
+        store.create_job(JobSpec(name=f"bulk-{i:02d}"), key_salt="s", backend="local")
+        store.update_job(f"bulk-{i:02d}", status=JobStatus.STOPPED)
+    store.create_job(JobSpec(name="lonely-failure"), key_salt="s", backend="local")
+    store.update_job("lonely-failure", status=JobStatus.FAILED, reason="it broke")
+
+    tab.goto(f"{ui}/jobs")
+    assert tab.page.locator("#jobs tbody tr").count() == 50  # one page
+    tab.page.select_option("select[name=status]", "failed")
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**status=failed**")
+    names = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert names == ["lonely-failure"]
+
+    tab.page.select_option("select[name=status]", "")
+    tab.page.fill("input[name=name]", "bulk-")
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**name=bulk-**")
+    first = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    tab.page.click("#next-page")
+    tab.page.wait_for_url("**before_name=**")
+    rest = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert len(first) == 50 and len(rest) == 5
+    assert sorted(first + rest) == [f"bulk-{i:02d}" for i in range(55)]  # no gap, no repeat
+    tab.clean()
+
+
+def _print_then_wait(go: str, release: str) -> str:
+    """Job body: print, wait for *go*, print the marked line, wait for *release*."""
+    import time
+
+    def wait_for(path: str) -> None:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path} never appeared")
+            time.sleep(0.01)  # inside the job: bounded poll for the test's signal
+
+    print("started", flush=True)
+    wait_for(go)
+    print("the marked <b>line</b>", flush=True)
+    wait_for(release)
+    return "done"
+
+
+def test_the_log_tail_shows_a_running_jobs_new_line_and_the_status_follows(ui, session, tab,
+                                                                            tmp_path):
+    go, release = tmp_path / "go", tmp_path / "release"
+    executor = RemoteExecutor(sagemaker_session=session)
+    future = executor.submit(_print_then_wait, str(go), str(release))
+    name = wait_until(lambda: future.job_name, WAIT, what="the job to be submitted")
+    wait_until(lambda: b"started" in session.jobs.read_log(name), WAIT * 2,
+               what=f"job {name} to print")
+
+    tab.goto(f"{ui}/jobs/{name}")
+    tab.page.wait_for_function(
+        "() => document.querySelector('#log').textContent.includes('started')")
+    go.touch()
+    tab.page.wait_for_function(
+        "() => document.querySelector('#log').textContent.includes('the marked <b>line</b>')")
+    assert session.jobs.get(name).status == JobStatus.RUNNING  # seen while it runs
+    assert tab.page.locator("#log b").count() == 0  # the log is text, never HTML
+    assert tab.page.inner_text("#job-status .status") == "running"
+    release.touch()
+    assert future.result(timeout=WAIT * 2) == "done"
+    tab.page.wait_for_function(
+        "() => document.querySelector('#job-status .status').textContent === 'completed'")
+    tab.clean()
+    executor.shutdown()
+
+
+# --- the console in shoal server: login, CSRF, owners -------------------------------------
+
+def _token(server: ShoalServer, user: str) -> str:
+    made = server.cli("tokens", "create", "--user", user, "--name", f"{user}-console",
+                      "--scope", "write", "--create-user")
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+@pytest.fixture
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShoalServer]:
+    """A server of the test's own (tokens on), with its first admin."""
+    home = tmp_path_factory.mktemp("console-server")
+    server = ShoalServer("", "", home, {**os.environ, "SHOAL_HOME": str(home),
+                                        "XDG_CONFIG_HOME": str(home / "xdg-config"),
+                                        "OMP_NUM_THREADS": "1"})
+    init = server.cli("server", "init")
+    assert init.returncode == 0, init.stderr
+    proc, url, _ = start_shoal_server(home)
+    try:
+        yield ShoalServer(url, init.stdout.strip(), home, server.env)
+    finally:
+        stop_process(proc)
+
+
+def _sign_in(tab: Tab, url: str, token: str, then: str) -> None:
+    tab.goto(f"{url}{then}")
+    assert "/console/login?next=" in tab.page.url  # not signed in: sent to the login page
+    tab.page.fill("input[name=token]", token)
+    tab.page.click("form.login button")
+    tab.page.wait_for_url(f"{url}{then}")
+
+
+def test_server_console_signs_in_with_a_token_and_only_the_owner_cancels(
+        team, browser, monkeypatch):
+    ann, bob = _token(team, "ann"), _token(team, "bob")
+    monkeypatch.setenv("SHOAL_SERVER_URL", team.url)
+    monkeypatch.setenv("SHOAL_TOKEN", ann)
+    as_ann = shoal.Session()
+    as_ann.jobs.metadata.create_job(JobSpec(name="anns-job"), key_salt="s", backend="local")
+    page_path = "/console/jobs/anns-job"
+
+    def new_tab() -> Tab:
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(WAIT * 1000)
+        found = Tab(page)
+        page.on("console", lambda m: found.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: found.errors.append(str(e)))
+        return found
+
+    wrong = new_tab()
+    wrong.goto(f"{team.url}/console/jobs")
+    wrong.page.fill("input[name=token]", "shoal_not-a-real-token")
+    wrong.page.click("form.login button")
+    wrong.page.wait_for_selector("#login-error")
+    assert "not known" in wrong.page.inner_text("#login-error")
+
+    bobs = new_tab()
+    _sign_in(bobs, team.url, bob, page_path)
+    cookie = next(c for c in bobs.page.context.cookies() if c["name"] == "shoal_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert bobs.page.locator("#cancel").count() == 0
+    assert "Only its owner (ann)" in bobs.page.inner_text("#cancel-note")
+    csrf = bobs.page.get_attribute("body", "hx-headers").split('"')[3]
+    refused = bobs.page.request.post(f"{team.url}{page_path}/cancel",
+                                     form={"csrf": csrf}, max_redirects=0)
+    assert refused.status == 403 and "belongs to &#39;ann&#39;" in refused.text()
+    forged = bobs.page.request.post(f"{team.url}{page_path}/cancel", form={},
+                                    max_redirects=0)
+    assert forged.status == 403 and "CSRF" in forged.text()
+    assert as_ann.jobs.metadata.get_job("anns-job").status == JobStatus.PENDING
+    bobs.clean()
+
+    anns = new_tab()
+    _sign_in(anns, team.url, ann, page_path)
+    anns.page.click("#cancel")
+    anns.page.wait_for_function(
+        "() => ['stopping', 'stopped'].includes(document.querySelector('#job-status .status')"
+        ".textContent)")
+    assert as_ann.jobs.metadata.get_job("anns-job").status in (JobStatus.STOPPING,
+                                                               JobStatus.STOPPED)
+    anns.clean()
+    as_ann.close()
+    for t in (wrong, bobs, anns):
+        t.page.context.close()
