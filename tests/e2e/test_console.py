@@ -180,6 +180,14 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     store.create_job(JobSpec(name="lonely-failure"), key_salt="s", backend="local")
     store.update_job("lonely-failure", status=JobStatus.FAILED, reason="it broke")
 
+    store.create_job(JobSpec(name="live-one"), key_salt="s", backend="local")
+    tab.goto(f"{ui}/jobs?name=live-one")
+    status = "#jobs tr[data-job='live-one'] .status"
+    assert tab.page.inner_text(status) == "pending"
+    store.update_job("live-one", status=JobStatus.STOPPED)  # no reload: the rows poll
+    tab.page.wait_for_function(f"() => document.querySelector(\"{status}\").textContent "
+                               "=== 'stopped'")
+
     tab.goto(f"{ui}/jobs")
     assert tab.page.locator("#jobs tbody tr").count() == 50  # one page
     tab.page.select_option("select[name=status]", "failed")
@@ -196,6 +204,7 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     tab.page.click("#next-page")
     tab.page.wait_for_url("**before_name=**")
     rest = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert tab.page.locator("#first-page").count() == 1
     assert len(first) == 50 and len(rest) == 5
     assert sorted(first + rest) == [f"bulk-{i:02d}" for i in range(55)]  # no gap, no repeat
     tab.clean()

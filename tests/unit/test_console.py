@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.console._app import local_path
 from shoal.console._downsample import minmax_buckets
 from shoal.console._render import masked, seconds
 from shoal.console._session import Sessions
@@ -126,3 +127,14 @@ def test_a_read_token_may_look_but_not_change_and_an_admin_may_change_all(
     with pytest.raises(AuthenticationError, match="not known"):
         sessions.login("shoal_nothing", NOW)
     assert sessions.principal(sessions.local_cookie(NOW), NOW) is None  # no such token
+
+
+@pytest.mark.parametrize("target", ["/jobs", "/jobs/a-b?status=failed&name=x%20y", "/"])
+def test_login_returns_to_a_path_inside_the_console(target: str) -> None:
+    assert local_path(target) == target
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil",
+                                    "/\t/evil.example", "/\n/evil", "jobs", ""])
+def test_login_never_redirects_off_the_console(target: str) -> None:
+    assert local_path(target) == ""

@@ -3,6 +3,7 @@ static files; the pages themselves are in ``_jobs.py`` and ``_runs.py``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -19,7 +20,7 @@ from shoal.console._session import COOKIE, Sessions, utcnow
 from shoal.core.ports import ArtifactStore, AuthStore, JobStore, RunStore
 from shoal.errors import AuthenticationError, ShoalError
 
-__all__ = ["create_console"]
+__all__ = ["create_console", "local_path"]
 
 _STATIC = Path(__file__).parent / "static"
 #: Only this origin's files run: no inline script or style, so an escaped value that slipped
@@ -50,12 +51,12 @@ def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
 
     @app.get("/login")
     def login_page(request: Request, next: str = "") -> Response:
-        return page(request, "login.html", next=_local(next), error=None)
+        return page(request, "login.html", next=local_path(next), error=None)
 
     @app.post("/login")
     async def login(request: Request) -> Response:
         form = await read_form(request)
-        target = _local(form.get("next", ""))
+        target = local_path(form.get("next", ""))
         try:
             cookie = sessions.login(form.get("token", ""), utcnow())
         except AuthenticationError as e:
@@ -93,7 +94,8 @@ async def _signed_in(sessions: Sessions, request: Request,
     request.state.csrf = sessions.csrf(cookie) if principal is not None and cookie else ""
     request.state.cookie = cookie if principal is not None else None
     if principal is None and not path.startswith(_OPEN):
-        target = f"{base_url(request)}/login?next={quote(path + _query(request), safe='')}"
+        back = quote(path, safe="/") + _query(request)  # the path comes decoded
+        target = f"{base_url(request)}/login?next={quote(back, safe='')}"
         if request.headers.get("hx-request"):  # a partial update: send the whole page there
             return Response(status_code=204, headers={"HX-Redirect": target})
         return RedirectResponse(target, status_code=303)
@@ -111,11 +113,14 @@ def _query(request: Request) -> str:
     return f"?{request.url.query}" if request.url.query else ""
 
 
-def _local(target: str) -> str:
+#: A path and query inside this site: printable URL characters only (browsers drop tabs and
+#: newlines, so "/\t/evil.example" would become "//evil.example"), and never "//" first.
+_LOCAL_PATH = re.compile(r"/(?!/)[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*")
+
+
+def local_path(target: str) -> str:
     """*target* if it is a path inside the console, else "" (no open redirect)."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return ""
-    return target
+    return target if _LOCAL_PATH.fullmatch(target) else ""
 
 
 def _set_cookie(request: Request, response: Response, value: str) -> None:
