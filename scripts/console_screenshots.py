@@ -102,7 +102,9 @@ def main() -> None:
                          ("experiments", "/experiments", "#experiments"),
                          ("runs", "/experiments/resnet-sweep", "#runs"),
                          ("run", "/experiments/resnet-sweep/runs/lr-0.01",
-                          "figure.chart[data-drawn]")]
+                          "figure.chart[data-drawn]"),
+                         ("compare", "/experiments/resnet-sweep/compare?metric=loss",
+                          "figure#compare[data-drawn]")]
                 for name, path, ready in shots:
                     page.goto(url + path)
                     page.wait_for_selector(ready)

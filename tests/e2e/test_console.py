@@ -154,6 +154,19 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     assert table.locator("tbody tr").count() == 2
     assert HOSTILE in table.inner_text()  # the parameter, as text
     assert "0.01" in table.inner_text()  # parameters and last metrics are columns
+    table.locator("input[name=run]").nth(0).check()
+    table.locator("input[name=run]").nth(1).check()
+    tab.page.select_option("#compare-form select[name=metric]", "loss")
+    tab.page.click("#compare-form button")
+    tab.page.wait_for_selector("figure#compare[data-drawn='2']")  # both runs on one chart
+    assert tab.page.locator("#compare .u-legend .u-series").count() == 3  # x, then one a run
+    assert _non_blank_pixels(tab, "figure#compare") > 100
+    tab.page.check("#log-y")  # redrawn on a log scale
+    tab.page.wait_for_function("() => document.querySelector('#compare').chart"
+                               ".scales.y.distr === 3")
+    tab.clean()
+
+    tab.goto(f"{ui}/experiments/exp-a")
     tab.page.click("text=run-1")
     chart = "figure.chart[data-metric='loss']"
     tab.page.wait_for_selector(f"{chart}[data-drawn='1']")
@@ -170,6 +183,9 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
         served = json.loads(r.read())["series"][0]
     assert served["points"] == 20_000 and len(served["x"]) <= 600
     assert max(served["y"]) > 5.0
+    missing = tab.goto(f"{ui}/experiments/exp-a/compare?metric=loss&run=run-0&run=nope")
+    assert missing.status == 404
+    assert "no run 'nope'" in tab.page.inner_text("#error-message")
 
 
 def test_filters_change_the_rows_and_pages_follow(ui, session, tab):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
@@ -13,8 +14,9 @@ from starlette.responses import JSONResponse, Response
 from shoal.console._downsample import minmax_buckets
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
+from shoal.core.experiments import RunRecord
 from shoal.core.ports import RunStore
-from shoal.errors import InvalidArgumentError
+from shoal.errors import InvalidArgumentError, RunNotFound
 
 __all__ = ["run_routes"]
 
@@ -23,6 +25,8 @@ _MAX_COLUMNS = 40
 _MAX_WIDTH = 4096
 #: Charts on a run's page (the rest of its metrics are listed).
 _MAX_CHARTS = 12
+#: Runs one comparison chart overlays.
+MAX_COMPARE = 50
 
 
 def _cell(value: Any) -> str:
@@ -64,7 +68,40 @@ def run_routes(runs: RunStore) -> APIRouter:
                  + [_cell(last.get(c)) for c in metric_cols]}
                 for run, last in zip(found, lasts, strict=True)]
         return page(request, "experiment.html", experiment=record, rows=rows,
-                    param_cols=param_cols, metric_cols=metric_cols)
+                    param_cols=param_cols, metric_cols=metric_cols, max_compare=MAX_COMPARE)
+
+    def compared(experiment: str, run: list[str]) -> tuple[list[RunRecord], int]:
+        """The runs to overlay (the ticked ones, else all) and how many were left out."""
+        found = runs.list_runs(experiment)
+        if run:
+            known = {r.run_name: r for r in found}
+            missing = [name for name in run if name not in known]
+            if missing:
+                raise RunNotFound(f"experiment {experiment!r} has no run "
+                                  f"{', '.join(map(repr, missing))}", experiment=experiment,
+                                  runs=missing)
+            found = [known[name] for name in dict.fromkeys(run)]
+        return found[:MAX_COMPARE], max(0, len(found) - MAX_COMPARE)
+
+    @api.get("/experiments/{experiment}/compare")
+    def compare_page(request: Request, experiment: str, metric: str,
+                     run: Annotated[list[str] | None, Query()] = None) -> Response:
+        record = runs.get_experiment(experiment)
+        shown, left_out = compared(experiment, run or [])
+        query = urlencode([("metric", metric), *(("run", r.run_name) for r in shown)])
+        return page(request, "compare.html", experiment=record, metric=metric, runs=shown,
+                    left_out=left_out, query=query)
+
+    @api.get("/experiments/{experiment}/compare-series")
+    def compare_series(experiment: str, metric: str,
+                       run: Annotated[list[str] | None, Query()] = None,
+                       width: Annotated[int, Query(ge=1)] = 800) -> Response:
+        """*metric* of each run, thinned to *width* like ``/series``, named by its run."""
+        shown, _ = compared(experiment, run or [])
+        width = min(width, _MAX_WIDTH)
+        return JSONResponse({"experiment": experiment, "metric": metric, "series": [
+            {**_thinned(runs, r.metrics_owner, metric, width), "name": r.run_name}
+            for r in shown]})
 
     @api.get("/experiments/{experiment}/runs/{run}")
     def run_page(request: Request, experiment: str, run: str) -> Response:
@@ -84,16 +121,19 @@ def run_routes(runs: RunStore) -> APIRouter:
         width = min(width, _MAX_WIDTH)
         if len(name) > 50:
             raise InvalidArgumentError(f"a chart draws at most 50 series, not {len(name)}")
-        out = []
-        for metric in name:
-            points = runs.get_metrics(owner, metric)
-            by_step = bool(points) and all(p.step is not None for p in points)
-            pairs = sorted(((float(p.step) if by_step and p.step is not None else p.timestamp),
-                            p.value) for p in points)
-            xs, ys = minmax_buckets([x for x, _ in pairs], [y for _, y in pairs], width)
-            out.append({"name": metric, "x_is_step": by_step, "points": len(points),
-                        "x": xs, "y": [None if math.isnan(y) or math.isinf(y) else y
-                                       for y in ys]})
+        out = [_thinned(runs, owner, metric, width) for metric in name]
         return JSONResponse({"owner": owner, "series": out})
 
     return api
+
+
+def _thinned(runs: RunStore, owner: str, metric: str, width: int) -> dict[str, Any]:
+    """One series of *owner* as a chart gets it: x the steps when every point has one,
+    else the timestamps (epoch seconds); at most ``2 * width`` points; NaN/inf as gaps."""
+    points = runs.get_metrics(owner, metric)
+    by_step = bool(points) and all(p.step is not None for p in points)
+    pairs = sorted(((float(p.step) if by_step and p.step is not None else p.timestamp),
+                    p.value) for p in points)
+    xs, ys = minmax_buckets([x for x, _ in pairs], [y for _, y in pairs], width)
+    return {"name": metric, "x_is_step": by_step, "points": len(points), "x": xs,
+            "y": [None if math.isnan(y) or math.isinf(y) else y for y in ys]}

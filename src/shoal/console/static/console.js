@@ -39,34 +39,42 @@
   }
 
   async function drawChart(figure) {
-    const base = document.body.dataset.base;
+    // data-src: a series URL of this console (/series or a comparison's), to which the
+    // figure's pixel width is added so the server thins each series to it.
     const width = Math.max(200, Math.floor(figure.clientWidth || 600));
-    const params = new URLSearchParams({owner: figure.dataset.owner, width: String(width)});
-    params.append("name", figure.dataset.metric);
-    const response = await fetch(base + "/series?" + params, {credentials: "same-origin"});
+    const response = await fetch(figure.dataset.src + "&width=" + width,
+                                 {credentials: "same-origin"});
     if (!response.ok) {
       const note = document.createElement("p");
       note.className = "error";
-      note.textContent = "could not load " + figure.dataset.metric + ": HTTP " + response.status;
+      note.textContent = "could not load the chart: HTTP " + response.status;
       figure.append(note);
       return;
     }
     const body = await response.json();
-    const first = body.series[0];
-    const data = [first.x, ...body.series.map((s) => s.y)];
-    const opts = {
-      width: width,
-      height: 220,
-      scales: {x: {time: !first.x_is_step}},
-      series: [{label: first.x_is_step ? "step" : "time"},
-               ...body.series.map((s, i) => ({label: s.name, stroke: COLOURS[i % COLOURS.length],
-                                              width: 1.5, spanGaps: false}))],
-      legend: {show: true},
-    };
-    const chart = new uPlot(opts, data, figure);
-    figure.dataset.drawn = String(body.series.length);
-    figure.dataset.points = String(first.x.length);
-    figure.chart = chart;
+    const byStep = body.series.every((s) => s.x_is_step);
+    // one x array for all series (uPlot's shape): the union of their x values, gaps as null
+    const data = body.series.length ? uPlot.join(body.series.map((s) => [s.x, s.y]))
+                                    : [[], []];
+    const logY = document.getElementById("log-y");
+    function render() {
+      if (figure.chart) figure.chart.destroy();
+      const opts = {
+        width: width,
+        height: Number(figure.dataset.height || 220),
+        scales: {x: {time: !byStep}, y: logY && logY.checked ? {distr: 3} : {}},
+        series: [{label: byStep ? "step" : "time"},
+                 ...body.series.map((s, i) => ({label: s.name,
+                                                stroke: COLOURS[i % COLOURS.length],
+                                                width: 1.5, spanGaps: true}))],
+        legend: {show: true},
+      };
+      figure.chart = new uPlot(opts, data, figure);
+      figure.dataset.drawn = String(body.series.length);
+      figure.dataset.points = String(Math.max(0, ...body.series.map((s) => s.x.length)));
+    }
+    render();
+    if (logY) logY.addEventListener("change", render);
   }
 
   const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
