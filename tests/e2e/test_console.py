@@ -151,7 +151,7 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     tab.goto(f"{ui}/experiments")
     tab.page.click("text=exp-a")
     table = tab.page.locator("#runs")
-    assert table.locator("tbody tr").count() == 2
+    assert table.locator("tbody tr td:nth-child(2)").all_inner_texts() == ["run-1", "run-0"]
     assert HOSTILE in table.inner_text()  # the parameter, as text
     assert "0.01" in table.inner_text()  # parameters and last metrics are columns
     table.locator("input[name=run]").nth(0).check()
@@ -223,6 +223,17 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     assert tab.page.locator("#first-page").count() == 1
     assert len(first) == 50 and len(rest) == 5
     assert sorted(first + rest) == [f"bulk-{i:02d}" for i in range(55)]  # no gap, no repeat
+    tab.clean()
+
+    session.runs.ensure_experiment("many")
+    for i in range(51):
+        session.runs.create_run("many", f"r{i:02d}")
+    tab.goto(f"{ui}/experiments/many")
+    runs = "#runs tbody tr td:nth-child(2)"
+    assert tab.page.locator(runs).all_inner_texts() == [f"r{i:02d}" for i in range(50, 0, -1)]
+    tab.page.click("#next-page")
+    tab.page.wait_for_url("**page=2")
+    assert tab.page.locator(runs).all_inner_texts() == ["r00"]
     tab.clean()
 
 

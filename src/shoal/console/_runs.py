@@ -27,6 +27,8 @@ _MAX_WIDTH = 4096
 _MAX_CHARTS = 12
 #: Runs one comparison chart overlays.
 MAX_COMPARE = 50
+#: Runs per page of an experiment's runs table.
+RUNS_PAGE = 50
 
 
 def _cell(value: Any) -> str:
@@ -48,31 +50,38 @@ def run_routes(runs: RunStore) -> APIRouter:
         return page(request, "experiments.html", experiments=rows)
 
     @api.get("/experiments/{experiment}")
-    def experiment_page(request: Request, experiment: str) -> Response:
+    def experiment_page(request: Request, experiment: str,
+                        page_number: Annotated[int, Query(alias="page", ge=1)] = 1) -> Response:
         record = runs.get_experiment(experiment)
         now = utcnow()
-        found = runs.list_runs(experiment)
+        found = runs.list_runs(experiment)[::-1]  # newest first
+        pages = max(1, -(-len(found) // RUNS_PAGE))
+        shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
+        # Last values are read for the runs shown only: one summary query per run (#21: a
+        # batched read for the whole page is next).
+        lasts = [{m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
+                 for run in shown]
         params: dict[str, None] = {}
-        metrics: dict[str, None] = {}
-        lasts = []
         for run in found:
-            last = {m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
             params.update(dict.fromkeys(run.parameters))
+        metrics: dict[str, None] = {}
+        for last in lasts:
             metrics.update(dict.fromkeys(last))
-            lasts.append(last)
         param_cols = sorted(params)[:_MAX_COLUMNS]
         metric_cols = sorted(metrics)[:_MAX_COLUMNS]
         rows = [{"name": run.run_name, "status": run.status.value, "owner": run.owner,
                  "age": ago(run.created_at, now),
                  "cells": [_cell(run.parameters.get(c)) for c in param_cols]
                  + [_cell(last.get(c)) for c in metric_cols]}
-                for run, last in zip(found, lasts, strict=True)]
+                for run, last in zip(shown, lasts, strict=True)]
         return page(request, "experiment.html", experiment=record, rows=rows,
+                    total=len(found), page_number=page_number, pages=pages,
                     param_cols=param_cols, metric_cols=metric_cols, max_compare=MAX_COMPARE)
 
     def compared(experiment: str, run: list[str]) -> tuple[list[RunRecord], int]:
-        """The runs to overlay (the ticked ones, else all) and how many were left out."""
-        found = runs.list_runs(experiment)
+        """The runs to overlay (the ticked ones, else the newest) and how many were left
+        out."""
+        found = runs.list_runs(experiment)[::-1]
         if run:
             known = {r.run_name: r for r in found}
             missing = [name for name in run if name not in known]
