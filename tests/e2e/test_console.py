@@ -21,6 +21,7 @@ from conftest import ShoalServer, _free_port, start_shoal_server, stop_process
 from helpers import cli_test_session, wait_until
 from shoal import RemoteExecutor
 from shoal.core import JobSpec, JobStatus
+from shoal.core.endpoints import EndpointConfig, EndpointInstance, InstanceStatus
 from shoal.core.experiments import MetricPoint, run_owner
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -146,6 +147,17 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     spec = tab.page.inner_text("#spec")
     assert "visible" in spec and "tok-very-secret" not in spec and "****" in spec
     assert "tok-very-secret" not in tab.page.content()
+    tab.clean()
+
+    store = session.metadata
+    store.create_endpoint(f"ep-{HOSTILE}", model_data="file:///models/m1",
+                          config=EndpointConfig(instance_count=2))
+    store.put_endpoint_instance(f"ep-{HOSTILE}", EndpointInstance(
+        0, "127.0.0.1", 9100, status=InstanceStatus.IN_SERVICE))
+    tab.page.click("header nav >> text=Endpoints")
+    cells = tab.page.locator("#endpoints tbody tr").first.locator("td").all_inner_texts()
+    assert cells[0] == f"ep-{HOSTILE}" and cells[4] == "1 / 2"
+    assert "http://127.0.0.1:9100" in cells[5]
     tab.clean()
 
     tab.goto(f"{ui}/experiments")

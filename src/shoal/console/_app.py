@@ -12,12 +12,13 @@ from fastapi import FastAPI, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from shoal.console._endpoints import endpoint_routes
 from shoal.console._forms import read_form, require_csrf
 from shoal.console._jobs import Cancel, job_routes
 from shoal.console._render import base_url, page
 from shoal.console._runs import run_routes
 from shoal.console._session import COOKIE, Sessions, utcnow
-from shoal.core.ports import ArtifactStore, AuthStore, JobStore, RunStore
+from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, RunStore
 from shoal.errors import AuthenticationError, ShoalError
 
 __all__ = ["create_console", "local_path"]
@@ -32,8 +33,10 @@ _OPEN = ("/login", "/static/")
 
 
 def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
-                   cancel: Cancel, auth: AuthStore | None, secret: bytes) -> FastAPI:
-    """The web console over these stores. *cancel* stops a job (``JobService.cancel``);
+                   cancel: Cancel, auth: AuthStore | None, secret: bytes,
+                   endpoints: EndpointStore | None = None) -> FastAPI:
+    """The web console over these stores (*endpoints* None: the endpoints page says they
+    cannot be read here). *cancel* stops a job (``JobService.cancel``);
     *auth* None serves without login (``shoal ui``; loopback only), else a token signs in;
     *secret* (≥ 16 bytes) signs the session cookies and CSRF tokens."""
     sessions = Sessions(auth, secret)
@@ -74,6 +77,7 @@ def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
 
     app.include_router(job_routes(jobs, artifacts, runs, cancel, sessions))
     app.include_router(run_routes(runs))
+    app.include_router(endpoint_routes(endpoints))
     app.add_exception_handler(ShoalError, _error_page)
     return app
 
