@@ -3,6 +3,7 @@ static files; the pages themselves are in ``_jobs.py`` and ``_runs.py``."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, 
 from shoal.errors import AuthenticationError, ShoalError
 
 __all__ = ["create_console", "local_path"]
+
+logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent / "static"
 #: Only this origin's files run: no inline script or style, so an escaped value that slipped
@@ -109,7 +112,9 @@ async def _signed_in(sessions: Sessions, request: Request,
     response.headers["Content-Security-Policy"] = _CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"
-    response.headers.setdefault("Cache-Control", "no-store")
+    # Pages hold live state and a CSRF token: never stored. Static files revalidate (ETag).
+    response.headers.setdefault("Cache-Control",
+                                "no-cache" if path.startswith("/static/") else "no-store")
     return response
 
 
@@ -135,5 +140,7 @@ def _set_cookie(request: Request, response: Response, value: str) -> None:
 
 async def _error_page(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ShoalError)
+    if exc.http_status >= 500:
+        logger.error("console %s %s: %s", request.method, request.url.path, exc)
     return page(request, "error.html", status_code=exc.http_status, code=exc.code,
                 message=exc.message)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 
 import shoal
-from conftest import ShoalServer, _free_port, start_shoal_server, stop_process
 from helpers import cli_test_session, wait_until
 from shoal import RemoteExecutor
 from shoal.core import JobSpec, JobStatus
@@ -78,6 +78,21 @@ def tab(browser: Any) -> Iterator[Tab]:
         context.close()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def _up(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
     if proc.poll() is not None:
         raise RuntimeError(f"shoal ui exited with {proc.returncode}: "
@@ -100,7 +115,7 @@ def ui(clean_env: Path, tmp_path: Path) -> Iterator[str]:
         wait_until(lambda: _up(url, proc, log), 60, what=f"shoal ui at {url}")
         yield url
     finally:
-        stop_process(proc)
+        _stop(proc)
 
 
 @pytest.fixture
@@ -295,7 +310,18 @@ def test_the_log_tail_shows_a_running_jobs_new_line_and_the_status_follows(ui, s
 
 # --- the console in shoal server: login, CSRF, owners -------------------------------------
 
-def _token(server: ShoalServer, user: str) -> str:
+@dataclass(frozen=True)
+class Team:
+    url: str
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``shoal ARGS`` on the server's host (its home)."""
+        return subprocess.run([sys.executable, "-m", "shoal.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+
+def _token(server: Team, user: str) -> str:
     made = server.cli("tokens", "create", "--user", user, "--name", f"{user}-console",
                       "--scope", "write", "--create-user")
     assert made.returncode == 0, made.stderr
@@ -303,19 +329,16 @@ def _token(server: ShoalServer, user: str) -> str:
 
 
 @pytest.fixture
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShoalServer]:
-    """A server of the test's own (tokens on), with its first admin."""
+def team(tmp_path_factory: pytest.TempPathFactory, own_shoal_server: Any) -> Team:
+    """A ``shoal server`` of the test's own (tokens on), its first admin made."""
     home = tmp_path_factory.mktemp("console-server")
-    server = ShoalServer("", "", home, {**os.environ, "SHOAL_HOME": str(home),
-                                        "XDG_CONFIG_HOME": str(home / "xdg-config"),
-                                        "OMP_NUM_THREADS": "1"})
-    init = server.cli("server", "init")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env.update(SHOAL_HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg-config"),
+               OMP_NUM_THREADS="1")
+    init = Team("", env).cli("server", "init")
     assert init.returncode == 0, init.stderr
-    proc, url, _ = start_shoal_server(home)
-    try:
-        yield ShoalServer(url, init.stdout.strip(), home, server.env)
-    finally:
-        stop_process(proc)
+    _, url, _ = own_shoal_server(home=home)
+    return Team(url, env)
 
 
 def _sign_in(tab: Tab, url: str, token: str, then: str) -> None:
