@@ -240,9 +240,10 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     assert names == ["lonely-failure"]
 
     tab.page.select_option("select[name=status]", "")
+    tab.page.select_option("select[name=age]", "1h")  # all were created just now
     tab.page.fill("input[name=name]", "bulk-")
     tab.page.click("#job-filters button")
-    tab.page.wait_for_url("**name=bulk-**")
+    tab.page.wait_for_url("**age=1h**")
     first = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
     tab.page.click("#next-page")
     tab.page.wait_for_url("**before_name=**")
@@ -300,10 +301,18 @@ def test_the_log_tail_shows_a_running_jobs_new_line_and_the_status_follows(ui, s
     assert session.jobs.get(name).status == JobStatus.RUNNING  # seen while it runs
     assert tab.page.locator("#log b").count() == 0  # the log is text, never HTML
     assert tab.page.inner_text("#job-status .status") == "running"
+    tab.page.fill("#log-search", "marked")
+    assert tab.page.inner_text("#log-search-count") == "1 line"
+    assert tab.page.inner_text("#log-matches") == "the marked <b>line</b>"
     release.touch()
     assert future.result(timeout=WAIT * 2) == "done"
     tab.page.wait_for_function(
         "() => document.querySelector('#job-status .status').textContent === 'completed'")
+    tab.clean()
+    tab.goto(f"{ui}/jobs/{name}")  # the files it left, each a download
+    link = tab.page.locator("#files a", has_text="logs/output.log")
+    got = tab.page.request.get(ui + link.get_attribute("href"))
+    assert got.ok and got.body() == session.jobs.read_log(name)
     tab.clean()
     executor.shutdown()
 

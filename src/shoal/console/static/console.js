@@ -80,8 +80,34 @@
   const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
+  // The log's search: the lines holding the text, shown (as text) above the whole log and
+  // refreshed as the log grows.
+  function searchLog() {
+    const input = document.getElementById("log-search");
+    const log = document.getElementById("log");
+    const matches = document.getElementById("log-matches");
+    const count = document.getElementById("log-search-count");
+    if (!input || !log || !matches) return;
+    function refresh() {
+      const needle = input.value;
+      if (!needle) {
+        matches.hidden = true;
+        matches.textContent = "";
+        count.textContent = "";
+        return;
+      }
+      const found = log.textContent.split("\n").filter((line) => line.includes(needle));
+      matches.textContent = found.join("\n");
+      matches.hidden = false;
+      count.textContent = found.length + (found.length === 1 ? " line" : " lines");
+    }
+    input.addEventListener("input", refresh);
+    new MutationObserver(refresh).observe(log, {childList: true});
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("pre[data-log-url]").forEach(followLog);
+    searchLog();
     document.querySelectorAll("figure.chart").forEach(function (figure) {
       drawChart(figure).catch(function (e) {
         figure.dataset.error = String(e);
