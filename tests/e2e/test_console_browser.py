@@ -174,6 +174,10 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     assert cells[0] == f"ep-{HOSTILE}" and cells[4] == "1 / 2"
     assert "http://127.0.0.1:9100" in cells[5]
     tab.clean()
+    tab.page.click("header nav >> text=Environments")
+    tab.page.wait_for_selector("#environments")
+    assert tab.page.locator("header nav >> text=Users").count() == 0  # no sign-in here
+    tab.clean()
 
     tab.goto(f"{ui}/experiments")
     tab.page.click("text=exp-a")
@@ -323,6 +327,7 @@ def test_the_log_tail_shows_a_running_jobs_new_line_and_the_status_follows(ui, s
 class Team:
     url: str
     env: dict[str, str]
+    admin_token: str = ""
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``shoal ARGS`` on the server's host (its home)."""
@@ -347,7 +352,7 @@ def team(tmp_path_factory: pytest.TempPathFactory, own_shoal_server: Any) -> Tea
     init = Team("", env).cli("server", "init")
     assert init.returncode == 0, init.stderr
     _, url, _ = own_shoal_server(home=home)
-    return Team(url, env)
+    return Team(url, env, init.stdout.strip())
 
 
 def _sign_in(tab: Tab, url: str, token: str, then: str) -> None:
@@ -398,6 +403,15 @@ def test_server_console_signs_in_with_a_token_and_only_the_owner_cancels(
     assert forged.status == 403 and "CSRF" in forged.text()
     assert as_ann.jobs.metadata.get_job("anns-job").status == JobStatus.PENDING
     bobs.clean()
+    users = bobs.page.request.get(f"{team.url}/console/users")
+    assert users.status == 403 and "only an admin may" in users.text()
+
+    admins = new_tab()
+    _sign_in(admins, team.url, team.admin_token, "/console/users")
+    listed = admins.page.inner_text("#users")
+    assert "ann-console" in listed and "bob-console" in listed and "write" in listed
+    assert ann not in admins.page.content() and bob not in admins.page.content()
+    admins.clean()
 
     anns = new_tab()
     _sign_in(anns, team.url, ann, page_path)
@@ -409,5 +423,5 @@ def test_server_console_signs_in_with_a_token_and_only_the_owner_cancels(
                                                                JobStatus.STOPPED)
     anns.clean()
     as_ann.close()
-    for t in (wrong, bobs, anns):
+    for t in (wrong, bobs, admins, anns):
         t.page.context.close()

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from shoal.console._admin import ListEnvironments, admin_routes
 from shoal.console._endpoints import endpoint_routes
 from shoal.console._forms import read_form, require_csrf
 from shoal.console._jobs import Cancel, job_routes
@@ -37,9 +38,10 @@ _OPEN = ("/login", "/static/")
 
 def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
                    cancel: Cancel, auth: AuthStore | None, secret: bytes,
-                   endpoints: EndpointStore | None = None) -> FastAPI:
-    """The web console over these stores (*endpoints* None: the endpoints page says they
-    cannot be read here). *cancel* stops a job (``JobService.cancel``);
+                   endpoints: EndpointStore | None = None,
+                   environments: ListEnvironments | None = None) -> FastAPI:
+    """The web console over these stores (*endpoints*, *environments* None: their pages
+    say they cannot be read here). *cancel* stops a job (``JobService.cancel``);
     *auth* None serves without login (``shoal ui``; loopback only), else a token signs in;
     *secret* (≥ 16 bytes) signs the session cookies and CSRF tokens."""
     sessions = Sessions(auth, secret)
@@ -81,6 +83,7 @@ def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
     app.include_router(job_routes(jobs, artifacts, runs, cancel, sessions))
     app.include_router(run_routes(runs))
     app.include_router(endpoint_routes(endpoints))
+    app.include_router(admin_routes(environments, auth))
     app.add_exception_handler(ShoalError, _error_page)
     return app
 

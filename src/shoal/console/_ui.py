@@ -22,12 +22,14 @@ def ui_app(session: Session) -> FastAPI:
     """The console over *session*'s jobs, runs and artifacts (the embedded default, or a team
     server's through its HTTP clients when ``SHOAL_SERVER_URL`` is set), without login."""
     service = session.jobs
-    # Endpoints are read from the embedded store; a team server's client has none yet.
-    endpoints = session.metadata if session.settings.server_url is None else None
+    # Endpoints and environments are this machine's; a team server's client reads neither.
+    local = session.settings.server_url is None
+    endpoints = session.metadata if local else None
     # A fresh secret per process: without login the cookie only carries the CSRF token.
     return create_console(jobs=service.metadata, runs=session.runs,
                           artifacts=session.artifacts, cancel=service.cancel, auth=None,
-                          secret=os.urandom(32), endpoints=endpoints)
+                          secret=os.urandom(32), endpoints=endpoints,
+                          environments=session.env_builder.list if local else None)
 
 
 def ui_config(session: Session, *, host: str, port: int) -> uvicorn.Config:
@@ -56,7 +58,7 @@ def server_console(session: Session, jobs: JobStore, auth: AuthStore | None) -> 
     secret = load_user_secret(session.home / "server" / "console-secret")
     return create_console(jobs=jobs, runs=session.runs, artifacts=session.artifacts,
                           cancel=session.jobs.cancel, auth=auth, secret=secret,
-                          endpoints=session.metadata)
+                          endpoints=session.metadata, environments=session.env_builder.list)
 
 
 def _is_loopback(host: str) -> bool:
