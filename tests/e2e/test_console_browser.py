@@ -207,6 +207,22 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     assert _non_blank_pixels(tab, chart) > 100
     tab.clean()
 
+    from shoal.experiments import Run
+
+    with Run("exp-a", "graphs", sagemaker_session=session) as run:
+        run.log_confusion_matrix([0, 0, 1, 1, 1], [0, 1, 1, 1, 0], title="confusion")
+        run.log_roc_curve([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], title="roc")
+        run.log_precision_recall([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], title="pr")
+    tab.goto(f"{ui}/experiments/exp-a/runs/graphs")
+    cells = tab.page.locator("figure.matrix[data-graph='confusion'] td").all_inner_texts()
+    assert cells == ["1", "1", "1", "2"]  # rows: true 0, 1; columns: predicted 0, 1
+    for curve in ("roc", "pr"):
+        figure = f"figure.graph[data-metric='{curve}']"
+        tab.page.wait_for_selector(f"{figure}[data-drawn='1']")
+        assert _non_blank_pixels(tab, figure) > 100
+    assert "AUC 0.750" in tab.page.inner_text("figure.graph[data-metric='roc'] .u-legend")
+    tab.clean()
+
     # the spike at step 7777 survives the thinning
     with urllib.request.urlopen(f"{ui}/series?owner=run:exp-a/run-1&name=loss&width=300") as r:
         import json

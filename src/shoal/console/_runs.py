@@ -12,11 +12,12 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from shoal.console._downsample import minmax_buckets
+from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
 from shoal.core.experiments import RunRecord
-from shoal.core.ports import RunStore
-from shoal.errors import InvalidArgumentError, RunNotFound
+from shoal.core.ports import ArtifactStore, RunStore
+from shoal.errors import ArtifactNotFound, InvalidArgumentError, RunNotFound
 
 __all__ = ["run_routes"]
 
@@ -37,7 +38,7 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def run_routes(runs: RunStore) -> APIRouter:
+def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
     api = APIRouter()
 
     @api.get("/experiments")
@@ -116,11 +117,29 @@ def run_routes(runs: RunStore) -> APIRouter:
     def run_page(request: Request, experiment: str, run: str) -> Response:
         record = runs.get_run(experiment, run)
         summaries = runs.metric_summaries(record.metrics_owner)
+        graphs = [a for a in record.artifacts if a.artifact_type in GRAPHS]
+        matrices = []
+        for graph in graphs:
+            if graph.artifact_type == "ConfusionMatrix":
+                matrices.append((graph.name, matrix_rows(load_graph(artifacts, graph))))
         return page(request, "run.html", run=record, summaries=summaries,
+                    curves=[g.name for g in graphs if g.artifact_type in CURVES],
+                    matrices=matrices,
                     charts=[s.name for s in summaries[:_MAX_CHARTS]],
                     metrics_owner=record.metrics_owner,
                     params=sorted(record.parameters.items()),
                     tags=sorted(record.tags.items()))
+
+    @api.get("/experiments/{experiment}/runs/{run}/graph")
+    def run_graph(experiment: str, run: str, name: str) -> Response:
+        """A logged curve as one chart series (``/series``' shape, with axis labels)."""
+        record = runs.get_run(experiment, run)
+        found = [a for a in record.artifacts if a.name == name and a.artifact_type in CURVES]
+        if not found:
+            raise ArtifactNotFound(f"run {run!r} of experiment {experiment!r} logged no curve "
+                                   f"named {name!r}", run=run, name=name)
+        data = load_graph(artifacts, found[0])
+        return JSONResponse({"series": [curve_series(name, data)]})
 
     @api.get("/series")
     def series(owner: str, name: Annotated[list[str], Query()],

@@ -53,6 +53,7 @@
     }
     const body = await response.json();
     const byStep = body.series.every((s) => s.x_is_step);
+    const first = body.series[0];
     // one x array for all series (uPlot's shape): the union of their x values, gaps as null
     const data = body.series.length ? uPlot.join(body.series.map((s) => [s.x, s.y]))
                                     : [[], []];
@@ -63,12 +64,13 @@
         width: width,
         height: Number(figure.dataset.height || 220),
         scales: {x: {time: !byStep}, y: logY && logY.checked ? {distr: 3} : {}},
-        series: [{label: byStep ? "step" : "time"},
+        series: [{label: first && first.x_label ? first.x_label : byStep ? "step" : "time"},
                  ...body.series.map((s, i) => ({label: s.name,
                                                 stroke: COLOURS[i % COLOURS.length],
                                                 width: 1.5, spanGaps: true}))],
         legend: {show: true},
       };
+      if (first && first.x_label) opts.axes = [{label: first.x_label}, {label: first.y_label}];
       figure.chart = new uPlot(opts, data, figure);
       figure.dataset.drawn = String(body.series.length);
       figure.dataset.points = String(Math.max(0, ...body.series.map((s) => s.x.length)));
