@@ -9,8 +9,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,42 @@ def _non_blank_pixels(tab: Tab, selector: str) -> int:
     }""", selector))
 
 
+@contextmanager
+def _metrics_server() -> Iterator[int]:
+    """A real HTTP server on loopback answering ``/metrics`` as a model server does (its
+    ``ServerMetrics`` after three requests, two waiting); yields its port."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    pytest.importorskip("prometheus_client")
+    from shoal.serving.metrics import ServerMetrics
+
+    metrics = ServerMetrics(queue_depth=lambda: 2.0, loaded=lambda: 1.0)
+    for status, seconds in ((200, 0.01), (200, 0.01), (500, 0.04)):
+        metrics.request(status, seconds)
+    body = metrics.render()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", ServerMetrics.content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 def _seed_runs(session: shoal.Session) -> None:
     runs = session.runs
     runs.ensure_experiment("exp-a")
@@ -165,14 +203,16 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     tab.clean()
 
     store = session.metadata
-    store.create_endpoint(f"ep-{HOSTILE}", model_data="file:///models/m1",
-                          config=EndpointConfig(instance_count=2))
-    store.put_endpoint_instance(f"ep-{HOSTILE}", EndpointInstance(
-        0, "127.0.0.1", 9100, status=InstanceStatus.IN_SERVICE))
-    tab.page.click("header nav >> text=Endpoints")
-    cells = tab.page.locator("#endpoints tbody tr").first.locator("td").all_inner_texts()
+    with _metrics_server() as port:
+        store.create_endpoint(f"ep-{HOSTILE}", model_data="file:///models/m1",
+                              config=EndpointConfig(instance_count=2))
+        store.put_endpoint_instance(f"ep-{HOSTILE}", EndpointInstance(
+            0, "127.0.0.1", port, status=InstanceStatus.IN_SERVICE))
+        tab.page.click("header nav >> text=Endpoints")
+        cells = tab.page.locator("#endpoints tbody tr").first.locator("td").all_inner_texts()
     assert cells[0] == f"ep-{HOSTILE}" and cells[4] == "1 / 2"
-    assert "http://127.0.0.1:9100" in cells[5]
+    assert f"http://127.0.0.1:{port}" in cells[5]
+    assert "3 requests · 20.0 ms · 2 queued" in cells[5]  # from the instance's /metrics
     tab.clean()
     tab.page.click("header nav >> text=Environments")
     tab.page.wait_for_selector("#environments")

@@ -12,6 +12,7 @@ import pytest
 
 from shoal.console._app import local_path
 from shoal.console._downsample import minmax_buckets
+from shoal.console._endpoints import load_of
 from shoal.console._render import masked, seconds
 from shoal.console._session import Sessions
 from shoal.core.auth import Scope
@@ -138,3 +139,15 @@ def test_login_returns_to_a_path_inside_the_console(target: str) -> None:
                                     "/\t/evil.example", "/\n/evil", "jobs", ""])
 def test_login_never_redirects_off_the_console(target: str) -> None:
     assert local_path(target) == ""
+
+
+def test_an_instances_load_is_read_from_the_model_servers_own_metrics() -> None:
+    pytest.importorskip("prometheus_client")
+    from shoal.serving.metrics import ServerMetrics
+
+    metrics = ServerMetrics(queue_depth=lambda: 2.0, loaded=lambda: 1.0)
+    for status, took in ((200, 0.01), (200, 0.01), (500, 0.04)):
+        metrics.request(status, took)
+    assert load_of(metrics.render().decode()) == {"requests": "3", "latency": "20.0 ms",
+                                                  "queue": "2"}
+    assert load_of("") == {"requests": "0", "latency": "", "queue": "0"}
