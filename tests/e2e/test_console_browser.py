@@ -316,12 +316,25 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     session.runs.ensure_experiment("many")
     for i in range(51):
         session.runs.create_run("many", f"r{i:02d}")
+        session.runs.set_run_parameters("many", f"r{i:02d}", {"rank": (i * 7) % 51})
     tab.goto(f"{ui}/experiments/many")
     runs = "#runs tbody tr td:nth-child(2)"
     assert tab.page.locator(runs).all_inner_texts() == [f"r{i:02d}" for i in range(50, 0, -1)]
     tab.page.click("#next-page")
     tab.page.wait_for_url("**page=2")
     assert tab.page.locator(runs).all_inner_texts() == ["r00"]
+    tab.clean()
+    tab.goto(f"{ui}/experiments/many")
+    tab.page.select_option("#run-filters select[name=sort]", "param:rank")
+    tab.page.select_option("#run-filters select[name=order]", "asc")
+    tab.page.click("#run-filters button")
+    tab.page.wait_for_url("**sort=param%3Arank**")
+    ranked = tab.page.locator(runs).all_inner_texts()
+    assert ranked[:3] == ["r00", "r22", "r44"]  # rank 0, 1, 2 (i * 7 % 51)
+    tab.page.fill("#run-filters input[name=name]", "r5")
+    tab.page.click("#run-filters button")
+    tab.page.wait_for_url("**name=r5**")
+    assert tab.page.locator(runs).all_inner_texts() == ["r50"]
     tab.clean()
 
 

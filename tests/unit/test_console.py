@@ -14,9 +14,11 @@ from shoal.console._app import local_path
 from shoal.console._downsample import minmax_buckets
 from shoal.console._endpoints import load_of
 from shoal.console._render import masked, seconds
+from shoal.console._runs import select_runs
 from shoal.console._session import Sessions
 from shoal.core.auth import Scope
-from shoal.errors import AuthenticationError
+from shoal.core.experiments import RunRecord, RunStatus
+from shoal.errors import AuthenticationError, InvalidArgumentError
 from shoal.server.admin import create_token
 from shoal.storage.sql import SqlMetadataStore
 
@@ -151,3 +153,25 @@ def test_an_instances_load_is_read_from_the_model_servers_own_metrics() -> None:
     assert load_of(metrics.render().decode()) == {"requests": "3", "latency": "20.0 ms",
                                                   "queue": "2"}
     assert load_of("") == {"requests": "0", "latency": "", "queue": "0"}
+
+
+def _run(name: str, minute: int, status: RunStatus = RunStatus.COMPLETED,
+         **params: object) -> RunRecord:
+    return RunRecord("e", name, None, status, NOW + timedelta(minutes=minute),
+                     parameters=params)  # type: ignore[arg-type]
+
+
+def test_runs_filter_and_sort_by_a_parameter_with_missing_ones_last() -> None:
+    runs = [_run("a", 0, lr=0.1), _run("b", 1, lr=0.01), _run("c", 2, lr="auto"),
+            _run("d", 3), _run("e", 3, RunStatus.FAILED, lr=1)]
+    names = lambda found: [r.run_name for r in found]  # noqa: E731
+    assert names(select_runs(runs)) == ["e", "d", "c", "b", "a"]  # newest first, ties by order
+    assert names(select_runs(runs, sort="param:lr", descending=False)) == ["b", "a", "e", "c",
+                                                                            "d"]
+    assert names(select_runs(runs, sort="param:lr")) == ["c", "e", "a", "b", "d"]
+    assert names(select_runs(runs, status="Failed")) == ["e"]
+    assert names(select_runs(runs, name="b", sort="name")) == ["b"]
+    with pytest.raises(InvalidArgumentError, match="no run status is called 'done'"):
+        select_runs(runs, status="done")
+    with pytest.raises(InvalidArgumentError, match="not 'loss'"):
+        select_runs(runs, sort="loss")

@@ -5,6 +5,7 @@ thinned on the server to the chart's width (``_downsample.py``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -15,11 +16,11 @@ from shoal.console._downsample import minmax_buckets
 from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
-from shoal.core.experiments import RunRecord
+from shoal.core.experiments import RunRecord, RunStatus
 from shoal.core.ports import ArtifactStore, RunStore
 from shoal.errors import ArtifactNotFound, InvalidArgumentError, RunNotFound
 
-__all__ = ["run_routes"]
+__all__ = ["run_routes", "select_runs"]
 
 #: Columns of the runs table beyond these are left out (the run page shows them all).
 _MAX_COLUMNS = 40
@@ -30,6 +31,36 @@ _MAX_CHARTS = 12
 MAX_COMPARE = 50
 #: Runs per page of an experiment's runs table.
 RUNS_PAGE = 50
+
+
+def _param_key(value: Any) -> tuple[int, float, str]:
+    """Numbers by value, then text, then missing (whatever the order asked)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return (2, 0.0, "") if value is None else (1, 0.0, str(value))
+    return (0, float(value), "")
+
+
+def select_runs(found: Sequence[RunRecord], *, name: str = "", status: str = "",
+                sort: str = "created", descending: bool = True) -> list[RunRecord]:
+    """*found* filtered (run name containing *name*, *status*) and sorted by ``created``,
+    ``name``, ``status`` or ``param:<key>`` (runs without the parameter last)."""
+    if status and status not in {s.value for s in RunStatus}:
+        raise InvalidArgumentError(f"no run status is called {status!r}; pick one of "
+                                   f"{', '.join(s.value for s in RunStatus)}", status=status)
+    kept = [r for r in found if name in r.run_name and (not status or r.status.value == status)]
+    if sort.startswith("param:"):
+        key = sort.removeprefix("param:")
+        present = [r for r in kept if key in r.parameters]
+        present.sort(key=lambda r: _param_key(r.parameters[key]), reverse=descending)
+        return present + [r for r in kept if key not in r.parameters]
+    order = {id(r): i for i, r in enumerate(kept)}  # the store's (creation) order breaks ties
+    keys: dict[str, Callable[[RunRecord], Any]] = {
+        "created": lambda r: (r.created_at, order[id(r)]), "name": lambda r: r.run_name,
+        "status": lambda r: r.status.value}
+    if sort not in keys:
+        raise InvalidArgumentError(f"runs sort by created, name, status or param:<key>, not "
+                                   f"{sort!r}", sort=sort)
+    return sorted(kept, key=keys[sort], reverse=descending)
 
 
 def _cell(value: Any) -> str:
@@ -51,11 +82,14 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
         return page(request, "experiments.html", experiments=rows)
 
     @api.get("/experiments/{experiment}")
-    def experiment_page(request: Request, experiment: str,
+    def experiment_page(request: Request, experiment: str, name: str = "", status: str = "",
+                        sort: str = "created", order: str = "desc",
                         page_number: Annotated[int, Query(alias="page", ge=1)] = 1) -> Response:
         record = runs.get_experiment(experiment)
         now = utcnow()
-        found = runs.list_runs(experiment)[::-1]  # newest first
+        every = runs.list_runs(experiment)
+        found = select_runs(every, name=name, status=status, sort=sort,
+                            descending=order != "asc")
         pages = max(1, -(-len(found) // RUNS_PAGE))
         shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
         # Last values are read for the runs shown only: one summary query per run (#21: a
@@ -63,7 +97,7 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
         lasts = [{m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
                  for run in shown]
         params: dict[str, None] = {}
-        for run in found:
+        for run in every:
             params.update(dict.fromkeys(run.parameters))
         metrics: dict[str, None] = {}
         for last in lasts:
@@ -75,9 +109,14 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                  "cells": [_cell(run.parameters.get(c)) for c in param_cols]
                  + [_cell(last.get(c)) for c in metric_cols]}
                 for run, last in zip(shown, lasts, strict=True)]
+        kept = urlencode({k: v for k, v in (("name", name), ("status", status), ("sort", sort),
+                                            ("order", order)) if v})
         return page(request, "experiment.html", experiment=record, rows=rows,
-                    total=len(found), page_number=page_number, pages=pages,
-                    param_cols=param_cols, metric_cols=metric_cols, max_compare=MAX_COMPARE)
+                    total=len(found), of=len(every), page_number=page_number, pages=pages,
+                    param_cols=param_cols, metric_cols=metric_cols, max_compare=MAX_COMPARE,
+                    name=name, status=status, sort=sort, order=order, kept=kept,
+                    statuses=[s.value for s in RunStatus],
+                    sorts=["created", "name", "status", *(f"param:{c}" for c in sorted(params))])
 
     def compared(experiment: str, run: list[str]) -> tuple[list[RunRecord], int]:
         """The runs to overlay (the ticked ones, else the newest) and how many were left
