@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shoal.core.ports import (
         ArtifactStore,
         Backend,
+        EndpointStore,
         MetadataStore,
         RunStore,
         WarmWorkerEndpoint,
@@ -99,6 +100,7 @@ class Session:
         self._backend: Backend | None = None
         self._jobs: JobService | None = None
         self._endpoint_backends: tuple[EndpointBackend, ...] | None = None
+        self._endpoint_store: EndpointStore | None = None
         self._reported: set[str] = set()
         self.aws_clients = {k: v for k, v in (
             ("boto_session", boto_session), ("sagemaker_client", sagemaker_client),
@@ -155,8 +157,7 @@ class Session:
 
     @property
     def metadata(self) -> MetadataStore:
-        self._refuse_through_server("the whole metadata store (endpoints, users and tokens, "
-                                    "'shoal db')")
+        self._refuse_through_server("the whole metadata store (users and tokens, 'shoal db')")
         with self._lock:
             if self._metadata is None:
                 from shoal.storage.sql import SqlMetadataStore
@@ -214,7 +215,8 @@ class Session:
         if self.settings.server_url is not None:
             raise ConfigError(
                 f"SHOAL_SERVER_URL is set ({self.settings.server_url}): through a team server "
-                f"jobs, artifacts, experiments, runs and metrics work; {what} through a server "
+                f"jobs, artifacts, experiments, runs, metrics and endpoints work; {what} "
+                "through a server "
                 "is not available yet (issue #20). Unset SHOAL_SERVER_URL to use this "
                 "machine's own stores", setting="SHOAL_SERVER_URL",
                 value=self.settings.server_url)
@@ -249,6 +251,15 @@ class Session:
                 self._private_home()
                 self._backend = self._make_backend()
             return self._backend
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs this session's jobs (``local``, ``ray``): through a team
+        server (``SHOAL_SERVER_URL``) the server's, asked once; else ``SHOAL_BACKEND``'s."""
+        if self.settings.server_url is not None:
+            return self.jobs.backend.name
+        backend = self.settings.backend
+        return "ray" if backend.startswith("ray://") else backend
 
     def _make_backend(self) -> Backend:
         import importlib
@@ -303,31 +314,55 @@ class Session:
                           ends=HttpJobEnds(connection))
 
     @property
-    def endpoint_backends(self) -> tuple[EndpointBackend, ...]:
-        """What runs endpoints, the first deploying new ones: Ray Serve when the backend is
-        Ray, else a detached supervisor per endpoint launched through the backend (which
-        also still manages the supervised endpoints of a Ray session)."""
+    def endpoint_store(self) -> EndpointStore:
+        """Endpoint records: through the team server when ``SHOAL_SERVER_URL`` is set, else
+        the metadata store."""
+        if self.settings.server_url is None:
+            return self.metadata
         with self._lock:
+            if self._endpoint_store is None:
+                from shoal.client import HttpEndpointStore
+
+                self._endpoint_store = self._through_server(
+                    HttpEndpointStore(self.server_connection()))
+            return self._endpoint_store
+
+    @property
+    def endpoint_backends(self) -> tuple[EndpointBackend, ...]:
+        """What runs endpoints, the first deploying new ones: the team server's own (over
+        HTTP) when ``SHOAL_SERVER_URL`` is set; else Ray Serve when the backend is Ray, else a
+        detached supervisor per endpoint launched through the backend (which also still
+        manages the supervised endpoints of a Ray session)."""
+        with self._lock:
+            if self._endpoint_backends is None and self.settings.server_url is not None:
+                from shoal.client import HttpEndpointBackend
+
+                self._endpoint_backends = (self._through_server(
+                    HttpEndpointBackend(self.server_connection())),)
             if self._endpoint_backends is None:
-                import importlib
-
-                def impl(path: str) -> Any:
-                    module, _, name = path.partition(":")
-                    return getattr(importlib.import_module(module), name)
-
-                env = self.supervisor_env()
-                supervised = impl(_SUPERVISED_ENDPOINTS)(self.backend, env=env, home=self.home)
-                if self.backend.name == "ray":
-                    settings = self.settings
-                    serve = impl(_RAY_SERVE_ENDPOINTS)(
-                        self.backend, self.artifacts, env=env, home=self.home,
-                        proxy_location=settings.ray_serve_proxy_location,
-                        host=settings.ray_serve_host, port=settings.ray_serve_port,
-                        resolve_ttl_s=settings.env_resolve_ttl_seconds)
-                    self._endpoint_backends = (serve, supervised)
-                else:
-                    self._endpoint_backends = (supervised,)
+                self._endpoint_backends = self.make_endpoint_backends(self.supervisor_env())
             return self._endpoint_backends
+
+    def make_endpoint_backends(self, env: Mapping[str, str]) -> tuple[EndpointBackend, ...]:
+        """This session's endpoint backends (``endpoint_backends``), their supervisors and
+        replicas started with *env* (a team server passes its own, withholding credentials
+        from the model servers)."""
+        import importlib
+
+        def impl(path: str) -> Any:
+            module, _, name = path.partition(":")
+            return getattr(importlib.import_module(module), name)
+
+        supervised = impl(_SUPERVISED_ENDPOINTS)(self.backend, env=env, home=self.home)
+        if self.backend.name != "ray":
+            return (supervised,)
+        settings = self.settings
+        serve = impl(_RAY_SERVE_ENDPOINTS)(
+            self.backend, self.artifacts, env=env, home=self.home,
+            proxy_location=settings.ray_serve_proxy_location,
+            host=settings.ray_serve_host, port=settings.ray_serve_port,
+            resolve_ttl_s=settings.env_resolve_ttl_seconds)
+        return (serve, supervised)
 
     @property
     def env_builder(self) -> UvEnvBuilder:
@@ -335,7 +370,9 @@ class Session:
         from shoal.envs import UvEnvBuilder
 
         return UvEnvBuilder(self.home / "envs",
-                            resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds)
+                            resolve_ttl_seconds=self.settings.env_resolve_ttl_seconds,
+                            withhold_credentials=self.settings.endpoint_credentials
+                            == "withhold")
 
     def supervisor_env(self) -> dict[str, str]:
         if self.settings.server_url is not None:
@@ -454,6 +491,9 @@ class Session:
                 self._metadata.close()
                 self._metadata = None
             self._runs = None
+            self._endpoint_store = None
+            if self._server is not None:
+                self._endpoint_backends = None
             self._artifacts = None if self._server is not None else self._artifacts
             if self._server is not None:
                 self._server.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +29,32 @@ def session(tmp_path: Path) -> Iterator[shoal.Session]:
     if s._backend is not None:
         s.backend.shutdown_launcher()
     s.close()
+
+
+def server_token(server: Any, user: str, name: str, *extra: str) -> str:
+    """A new API token of *user* (created with it) on the real *server*."""
+    made = server.cli("tokens", "create", "--user", user, "--name", name, "--create-user",
+                      *extra)
+    assert made.returncode == 0, made.stderr
+    return str(made.stdout.strip())
+
+
+@pytest.fixture
+def team(shoal_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+         ) -> Iterator[shoal.Session]:
+    """A client of the shared server: its own (empty) home, a write token of its own user."""
+    token = server_token(shoal_server, "alice", f"laptop-{uuid.uuid4().hex[:8]}", "--scope",
+                         "write")
+    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "client-home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "client-xdg"))
+    monkeypatch.setenv("SHOAL_SERVER_URL", shoal_server.url)
+    monkeypatch.setenv("SHOAL_TOKEN", token)
+    session = shoal.Session()
+    with shoal.use(session):
+        yield session
+    session.close()
 
 
 RAY = pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.postgres, pytest.mark.s3])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shoal import JobFailedError, RemoteExecutor, remote
@@ -172,3 +174,46 @@ def test_auto_capture_pins_what_the_function_needs(session):
     assert f"pyyaml=={yaml.__version__}" in requested.lower()
     lock = session.artifacts.get_bytes(f"{record.name}/env/requirements.lock").decode()
     assert f"pyyaml=={yaml.__version__}" in lock.lower()
+
+
+PROBE_BACKEND = '''
+import json, os
+
+def _record():
+    with open(os.environ["PROBE_OUT"], "w") as f:
+        json.dump(dict(os.environ), f)
+    raise RuntimeError("the probe only looks")
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _record()
+'''
+
+
+@pytest.mark.parametrize("withhold", [True, False])
+def test_a_build_of_the_requirements_gets_no_credentials_when_withheld(tmp_path, monkeypatch,
+                                                                        withhold):
+    """An sdist's build code is the requirements' author's: an endpoint a team server started
+    builds its model's environment without the server's credentials (a real uv, a local
+    package whose in-tree build backend records what it was given; no index needed)."""
+    from shoal.errors import RuntimeEnvError
+
+    pkg = tmp_path / "probe"
+    pkg.mkdir()
+    (pkg / "probe_backend.py").write_text(PROBE_BACKEND)
+    (pkg / "pyproject.toml").write_text(
+        '[project]\nname = "probe"\nversion = "0.1"\n\n[build-system]\nrequires = []\n'
+        'build-backend = "probe_backend"\nbackend-path = ["."]\n')
+    out = tmp_path / "seen.json"
+    monkeypatch.setenv("PROBE_OUT", str(out))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "server-secret")
+    monkeypatch.setenv("SHOAL_METADATA_URL", "postgresql://shoal:db-secret@db/shoal")
+    builder = UvEnvBuilder(tmp_path / "envs", withhold_credentials=withhold)
+    with pytest.raises(RuntimeEnvError, match="the probe only looks"):
+        builder.ensure("./probe\n", base_dir=tmp_path)
+    seen = json.loads(out.read_text())
+    assert seen["PROBE_OUT"] == str(out)  # the rest of the environment is there
+    assert ("AWS_SECRET_ACCESS_KEY" in seen) is not withhold
+    assert ("SHOAL_METADATA_URL" in seen) is not withhold

@@ -251,6 +251,49 @@ def test_finetuner_job_stores_the_merged_model_and_reports_metrics(tiny_base, me
     assert hps["method"] == "lora" and hps["max_steps"] == "3"
 
 
+def test_finetuner_fit_through_the_server_stores_the_model_in_the_servers_store(
+        tiny_base, memorise, tmp_path, team, shoal_server):
+    """Through a real ``shoal server``: the job runs on its backend, the merged model lands
+    in its artifact store, the recipe's load_run() logs to the client's run (its job token
+    reaches that run: the job's record links it)."""
+    import uuid
+
+    from shoal.core import JobStatus
+    from shoal.core.experiments import job_owner, run_owner
+    from shoal.experiments import Run
+
+    exp = f"llm-server-{uuid.uuid4().hex[:6]}"
+    with Run(experiment_name=exp, run_name="ft-1"):
+        # over the threshold: the merged model goes under output/model/ through the server
+        tuner = FineTuner(str(tiny_base), method="lora", max_steps=2, logging_steps=1,
+                          batch_size=4, save_steps=50, large_model_threshold_mb=0.001,
+                          environment={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        tuner.fit({"training": str(memorise)}, logs=False)
+    job = tuner.latest_training_job.name
+    record = team.jobs.get(job)
+    assert record.status == JobStatus.COMPLETED, team.jobs.read_log(job)[-2000:]
+    assert record.owner == "alice"
+    assert team.artifacts.root.startswith(f"file://{shoal_server.home}")  # the server's store
+    assert tuner.model_data == f"{team.artifacts.root}/{job}/output/model/"
+    stored = set(team.artifacts.list_keys(f"{job}/output/model/"))
+    manifest = json.loads(team.artifacts.get_bytes(f"{job}/output/model/manifest.json"))
+    assert {f"{job}/output/model/{f['path']}" for f in manifest["files"]} | {
+        f"{job}/output/model/manifest.json"} == stored
+    assert f"{job}/output/model/config.json" in stored
+    assert any(k.endswith(".safetensors") for k in stored)
+    team.artifacts.get_file(f"{job}/output/model.tar.gz", tmp_path / "model.tar.gz")
+    with tarfile.open(tmp_path / "model.tar.gz") as tar:  # the rest, fetched through it
+        names = set(tar.getnames())
+    assert {"serving.properties", "adapter/adapter_config.json", "shoal-finetune.json",
+            "manifest.json"} <= names and not any(n.endswith(".safetensors") for n in names
+                                                  if not n.startswith("adapter/"))
+    job_metrics = {p.name for p in team.runs.get_metrics(job_owner(job))}
+    assert {"train:loss", "train:learning_rate"} <= job_metrics
+    run_steps = {(p.name, p.step) for p in team.runs.get_metrics(run_owner(exp, "ft-1"))}
+    assert {("loss", 1), ("loss", 2)} <= run_steps  # the job's load_run(), with step=
+    assert job in team.runs.get_run(exp, "ft-1").jobs
+
+
 # --- bad input: one clear error each ------------------------------------------------------
 
 def test_a_base_model_directory_without_config_is_refused(tmp_path, memorise):
@@ -326,6 +369,27 @@ def test_cli_fine_tunes_here_with_output_dir(tiny_base, memorise, tmp_path, caps
     assert "fine-tuned" in printed.out and (tmp_path / "out" / "serving.properties").is_file()
     summary = json.loads((tmp_path / "out" / "shoal-finetune.json").read_text())
     assert summary["options"]["gradient_checkpointing"] is False
+
+
+def test_cli_fine_tunes_as_a_job_through_the_server(tiny_base, memorise, team, capsys,
+                                                    shoal_server):
+    from shoal.cli import main
+    from shoal.core import JobStatus
+
+    with pytest.raises(SystemExit) as exit_info:  # its session: SHOAL_SERVER_URL + token
+        main(["llm", "finetune", str(tiny_base), str(memorise), "--method", "lora",
+              "--max-steps", "2", "--logging-steps", "1", "--batch-size", "4"])
+    printed = capsys.readouterr()
+    assert exit_info.value.code == 0, printed.err
+    import re
+
+    said = re.search(r"job (llm-finetune-\S+) completed", printed.out)
+    assert said, printed.out
+    record = team.jobs.get(said[1])
+    assert record.status == JobStatus.COMPLETED and record.owner == "alice"
+    key = f"{record.name}/output/model.tar.gz"
+    assert f"model_data: {team.artifacts.root}/{key}" in printed.out.replace("\n", "")
+    assert team.artifacts.exists(key) and str(shoal_server.home) in team.artifacts.root
 
 
 def test_cli_reports_a_bad_option_in_one_line(tiny_base, memorise, tmp_path, capsys):

@@ -94,6 +94,22 @@ def test_a_non_loopback_bind_without_auth_is_refused_saying_why(tmp_path):
     assert not (tmp_path / "shoal.db").exists()  # refused before it opened anything
 
 
+def test_a_wildcard_bind_on_ray_without_a_public_url_is_refused_saying_why(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli", "--home", str(tmp_path),
+                           "server", "--host", "0.0.0.0", "--backend", "ray",
+                           "--ray-address", "127.0.0.1:1"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 4, proc.stderr
+    assert "with the 'ray' backend needs a public URL" in proc.stderr
+    assert "--public-url http://<this host's address>:8765" in proc.stderr
+    assert not (tmp_path / "shoal.db").exists()  # refused before it opened anything
+    bad = subprocess.run([sys.executable, "-m", "shoal.cli", "--home", str(tmp_path),
+                          "server", "--ray-address", "127.0.0.1:1"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "add --backend ray" in bad.stderr, bad.stderr
+
+
 class _Fake(BaseHTTPRequestHandler):
     body: bytes = b"<html>hello</html>"
     content_type = "text/html"

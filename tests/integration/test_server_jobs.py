@@ -83,26 +83,6 @@ def test_the_launch_route_starts_only_shoals_supervisor(shoal_server):
 
 # --- jobs through the server, end to end -----------------------------------------------------
 
-@pytest.fixture
-def team(shoal_server, tmp_path, monkeypatch):
-    """A client of the shared server: its own (empty) home, a write token of its own user."""
-    import uuid
-
-    import shoal
-
-    token = _token(shoal_server, "alice", f"laptop-{uuid.uuid4().hex[:8]}", "--scope", "write")
-    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "client-home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "client-xdg"))
-    monkeypatch.setenv("SHOAL_SERVER_URL", shoal_server.url)
-    monkeypatch.setenv("SHOAL_TOKEN", token)
-    session = shoal.Session()
-    with shoal.use(session):
-        yield session
-    session.close()
-
-
 def test_remote_runs_on_the_servers_backend_under_its_home(team, shoal_server, capsys,
                                                            tmp_path):
     from shoal import remote

@@ -146,3 +146,93 @@ def test_only_a_jobs_owner_or_an_admin_cancels_or_deletes_it(shoal_server: Any) 
     finally:
         for store in (*stores.values(), admin):
             store.close()
+
+
+def test_only_a_jobs_owner_or_an_admin_launches_stops_or_gets_the_key_of_it(
+        shoal_server: Any) -> None:
+    from shoal.client import HttpJobKeys, HttpJobStore, ServerConnection
+    from shoal.core import JobName, JobSpec, JobStatus
+
+    tag = uuid.uuid4().hex[:6]
+    url = shoal_server.url
+    ann, bob = (ServerConnection(url, _token(shoal_server, f"{user}-{tag}", f"launch-{user}",
+                                             "--scope", "write")) for user in ("ann", "bob"))
+    admin = ServerConnection(url, shoal_server.admin_token)
+    name = f"bobs-launch-{tag}"
+    handle = {"backend": "local", "pid": 4_000_000, "host": "nowhere", "start_ticks": 1}
+    try:
+        bobs = HttpJobStore(bob)
+        bobs.create_job(JobSpec(name=JobName(name), function_name="operator.add"),
+                        key_salt="00" * 16, backend="local")
+        bobs.set_handle(name, handle)
+        attempts = {
+            "launch": lambda: ann.call("POST", "/launches", json={
+                "job": name, "entrypoint": "shoal.session:supervisor_main", "args": [name]}),
+            "stop": lambda: ann.call("POST", "/launches/stop", json={"handle": handle}),
+            "get the key of": lambda: HttpJobKeys(ann).secret(name, "00" * 16),
+        }
+        for action, attempt in attempts.items():
+            with pytest.raises(PermissionDeniedError) as info:
+                attempt()
+            text = str(info.value)
+            assert f"user 'ann-{tag}' may not {action} job '{name}'" in text, text
+            assert f"belongs to 'bob-{tag}'" in text, text
+            assert info.value.details["owner"] == f"bob-{tag}"
+        record = bobs.get_job(name)
+        assert (record.status, dict(record.handle or {})) == (JobStatus.PENDING, handle)
+        # Its owner and an admin get the same key (the owner's); a job nobody recorded yet
+        # gets the caller's own (a client signs payloads before it records the job).
+        key = HttpJobKeys(bob).secret(name, "00" * 16)
+        assert HttpJobKeys(admin).secret(name, "00" * 16) == key
+        assert HttpJobKeys(ann).secret(f"anns-{tag}", "00" * 16) != \
+            HttpJobKeys(bob).secret(f"anns-{tag}", "00" * 16)
+        bobs.update_job(name, status=JobStatus.STOPPED, reason="its owner may")
+        assert bobs.delete_jobs([name]) == [name]
+    finally:
+        for connection in (ann, bob, admin):
+            connection.close()
+
+
+def test_only_the_owner_reads_what_a_warm_worker_says_about_a_launch(
+        shoal_server: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import shoal
+    from shoal import RemoteExecutor
+    from shoal.client import ServerConnection
+    from shoal.core import JobQuery
+
+    tag = uuid.uuid4().hex[:6]
+    bob = _token(shoal_server, f"bob-{tag}", "warm-bob", "--scope", "write")
+    ann = _token(shoal_server, f"ann-{tag}", "warm-ann", "--scope", "write")
+    for name in [k for k in os.environ if k.startswith("SHOAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "bob-home"))
+    monkeypatch.setenv("SHOAL_SERVER_URL", shoal_server.url)
+    monkeypatch.setenv("SHOAL_TOKEN", bob)
+    session = shoal.Session()
+    try:
+        with shoal.use(session), RemoteExecutor(keep_alive_period_in_seconds=30,
+                                                max_parallel_jobs=1) as e:
+            assert e.submit(pow, 2, 5).result(timeout=120) == 32  # starts the warm worker
+            assert e.submit(pow, 3, 2).result(timeout=120) == 9  # which takes this one
+        records = session.jobs.metadata.list_jobs(JobQuery(name_prefix="pow-", limit=100))
+        # a launch is named by its job, or by its batch when handed over as one
+        launches = {r.name for r in records} | {r.spec.batch.id for r in records
+                                                if r.spec.batch is not None}
+        with ServerConnection(shoal_server.url, bob) as http:
+            said = {name: http.call("GET", f"/launches/{name}/messages",
+                                    params={"timeout": "0"}) for name in launches}
+        # the server holds the claim of what was handed to the warm worker (not lost)
+        [claimed] = [name for name, out in said.items() if out["done"] and not out["lost"]]
+        with ServerConnection(shoal_server.url, ann) as http:
+            with pytest.raises(PermissionDeniedError) as info:
+                http.call("GET", f"/launches/{claimed}/messages", params={"timeout": "0"})
+        text = str(info.value)
+        assert f"user 'ann-{tag}' may not read the messages of launch '{claimed}'" in text
+        assert f"belongs to 'bob-{tag}'" in text
+        with ServerConnection(shoal_server.url, shoal_server.admin_token) as http:  # may
+            assert http.call("GET", f"/launches/{claimed}/messages",
+                             params={"timeout": "0"})["done"] is True
+    finally:
+        session.close()

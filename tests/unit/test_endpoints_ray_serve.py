@@ -59,6 +59,14 @@ def test_replicas_get_the_clients_environment_less_machine_and_shoal_variables()
                    "SAGEMAKER_PROGRAM": "inference.py", "PYTHONUNBUFFERED": "1"}
 
 
+def test_replicas_of_a_team_servers_endpoint_get_none_of_its_credentials():
+    config = EndpointConfig(env={"HF_TOKEN": "the deployer's"})
+    env = _ray_serve.replica_env({"AWS_SECRET_ACCESS_KEY": "s", "AWS_ACCESS_KEY_ID": "k",
+                                  "PGPASSWORD": "p", "LANG": "C.UTF-8",
+                                  "SHOAL_ENDPOINT_CREDENTIALS": "withhold"}, config)
+    assert env == {"LANG": "C.UTF-8", "HF_TOKEN": "the deployer's", "PYTHONUNBUFFERED": "1"}
+
+
 def test_a_fixed_port_is_refused_on_serve_before_anything_starts():
     _ray_serve.check_config(EndpointConfig(requirements=True))  # built on the replica's node
     with pytest.raises(InvalidArgumentError, match="port="):

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from shoal.config import Settings
-from shoal.core.secrets import StreamRedactor, mask_text
+from shoal.core.secrets import StreamRedactor, mask_text, without_credentials
 from shoal.errors import ConfigError, PayloadIntegrityError
 from shoal.jobs.keys import UserKeys, encode_handover, load_user_secret, take_handover
 from shoal.serialization.keys import (
@@ -132,3 +132,17 @@ def test_the_values_a_job_sees_include_its_clients_secrets():
                               {"GITHUB_TOKEN": "ghp-0123456789", "FOO_TOKEN": "true",
                                "SHOAL_JOB_SECRETS": "{}", "HOME": "/root"})
     assert seen == ("ghp-0123456789", "pw12")  # an inherited "true" would mask every "true"
+
+
+# --- what a team server's endpoints withhold ----------------------------------------------
+
+
+def test_credentials_are_withheld_and_the_rest_kept():
+    env = {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SESSION_TOKEN": "t", "PGPASSWORD": "p",
+           "PGPASSFILE": "/home/srv/.pgpass", "HF_TOKEN": "hf", "DB_SECRET": "s",
+           "GOOGLE_APPLICATION_CREDENTIALS": "/srv/key.json", "AZURE_STORAGE_KEY": "a",
+           "REPORTS_URL": "postgresql://svc:pw@db/reports", "PATH": "/usr/bin",
+           "HOME": "/home/srv", "DOCS_URL": "https://example.org/docs", "OMP_NUM_THREADS": "1"}
+    assert without_credentials(env) == {"PATH": "/usr/bin", "HOME": "/home/srv",
+                                        "DOCS_URL": "https://example.org/docs",
+                                        "OMP_NUM_THREADS": "1"}

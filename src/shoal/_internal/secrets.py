@@ -10,15 +10,18 @@ that could begin a secret are held back until the next piece (or the end) decide
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["JOB_SECRETS_VAR", "MASK", "StreamRedactor", "is_secret_name", "mask_env", "mask_text", "secret_values"]
+__all__ = ["JOB_SECRETS_VAR", "MASK", "StreamRedactor", "is_secret_name", "mask_env", "mask_text", "secret_values",
+           "without_credentials"]
 
 MASK = "****"
 #: The variable of a supervisor's environment that hands it the secrets of its jobs (JSON,
 #: job name -> hex; ``shoal.jobs.keys``). It never reaches a job's own process.
 JOB_SECRETS_VAR = "SHOAL_JOB_SECRETS"
+_URL_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 
 
@@ -26,6 +29,19 @@ def is_secret_name(name: str) -> bool:
     """True for environment variable names that look like they hold a secret."""
     upper = name.upper()
     return any(word in upper for word in _SECRET_WORDS)
+
+
+#: Variables that hand a process a store's or a cloud's credentials by name or by file.
+_CREDENTIAL_PREFIXES = ("AWS_", "PG", "AZURE_", "GOOGLE_", "GCS_", "BOTO_")
+
+
+def without_credentials(env: Mapping[str, str]) -> dict[str, str]:
+    """*env* without what would hand a process another's credentials: secret-looking names,
+    cloud and PostgreSQL client variables (``AWS_*``, ``PG*``, ``AZURE_*``, ``GOOGLE_*``...)
+    and any value holding a URL with a password (``postgresql://u:pw@host/db``)."""
+    return {k: v for k, v in env.items()
+            if not is_secret_name(k) and not k.upper().startswith(_CREDENTIAL_PREFIXES)
+            and not _URL_WITH_PASSWORD.search(v)}
 
 
 def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:

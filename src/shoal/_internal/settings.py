@@ -77,8 +77,15 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     # A team server (preview): runs and metrics go through it; its API token (never shown).
     server_url: str | None = None
     token: SecretStr | None = None
+    #: On a team server: the URL its jobs' supervisors reach it at (``http://host:8765``);
+    #: default: the address it binds (see ``shoal.server.admin.supervisor_url``).
+    server_public_url: str | None = None
     #: On a team server: the largest upload (an artifact) it takes, in bytes (413 past it).
     server_max_upload_bytes: int = Field(default=20 * 1024**3, ge=1)
+    #: What an endpoint's model servers (the user's inference code) inherit of their
+    #: supervisor's environment: all of it, or (``withhold``: endpoints a team server starts)
+    #: nothing that looks like a credential (``shoal.core.secrets.without_credentials``).
+    endpoint_credentials: Literal["inherit", "withhold"] = "inherit"
     _explicit: frozenset[str] = PrivateAttr(default=frozenset())
 
     def resolved_metadata_url(self) -> str:

@@ -26,7 +26,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,8 @@ from shoal.errors import (
 if TYPE_CHECKING:
     from shoal.backends._raywarm import WarmPools
 
-__all__ = ["RayBackend", "check_feasible", "check_placeable", "check_shared_stores",
-           "node_env"]
+__all__ = ["RayBackend", "check_feasible", "check_placeable", "check_server_reachable",
+           "check_shared_stores", "node_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,16 @@ def _is_node_local(url: str) -> bool:
     return scheme in ("", "file", "local") or scheme.startswith("sqlite")
 
 
-def check_shared_stores(env: Mapping[str, str], alive_nodes: int) -> None:
+def check_shared_stores(env: Mapping[str, str], alive_nodes: int,
+                        node_addresses: Sequence[str] = ()) -> None:
     """Refuse node-local stores on a cluster of several nodes: a job on another node would
-    write its state and results where the client never looks."""
+    write its state and results where the client never looks. A supervisor of a team server
+    (``SHOAL_SERVER_URL``) reaches its stores through the server: then the server's address
+    must be one the nodes (at *node_addresses*) can reach."""
+    server = env.get("SHOAL_SERVER_URL")
+    if server:
+        check_server_reachable(server, node_addresses)
+        return
     if alive_nodes <= 1:
         return
     problems = []
@@ -82,6 +89,61 @@ def check_shared_stores(env: Mapping[str, str], alive_nodes: int) -> None:
             f"the Ray cluster has {alive_nodes} nodes, and jobs on the other nodes cannot reach "
             f"{' or '.join(problems)}. Use stores every node reaches, or a one-node cluster",
             nodes=alive_nodes)
+
+
+def check_server_reachable(url: str, node_addresses: Sequence[str], *,
+                           on_this_host: Callable[[str], bool] | None = None) -> None:
+    """Refuse a loopback server URL when a node is on another host (its address is neither
+    a loopback one nor one of this host's: *on_this_host*, by default whether a socket binds
+    it): that node's supervisors would connect to their own host. Called in the server's
+    process, on the server's host."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if not _is_loopback(host):
+        return
+    here = on_this_host or _binds
+    elsewhere = sorted({a for a in node_addresses
+                        if a and not _is_loopback(a) and not here(a)})
+    if elsewhere:
+        raise ConfigError(
+            f"the shoal server's jobs reach it at {url}, a loopback address, but the Ray "
+            f"cluster has nodes at {', '.join(elsewhere[:8])}, whose supervisors could not "
+            "connect to it. Start the server with --public-url http://<an address of the "
+            "server's host those nodes reach>:<port> (or SHOAL_SERVER_PUBLIC_URL), binding "
+            "that address or 0.0.0.0", url=url)
+
+
+def _binds(address: str) -> bool:
+    """Whether *address* is one of this host's (a socket can bind it)."""
+    import ipaddress
+
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 \
+            else socket.AF_INET
+    except ValueError:  # a host name: resolved as the node's raylet would be reached
+        try:
+            address = socket.gethostbyname(address)
+        except OSError:
+            return False
+        family = socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_feasible(job: str, demand: Mapping[str, float],
@@ -186,14 +248,15 @@ class RayBackend:
 
     def check_submission(self, env: Mapping[str, str]) -> None:
         """Before a job is recorded: its stores must be reachable from every node."""
-        check_shared_stores(env, self.alive_nodes())
+        nodes = self._nodes()
+        check_shared_stores(env, len(nodes), _addresses(nodes))
 
     # --- launching --------------------------------------------------------------------
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
         ray = self._ray()
         nodes = self._nodes()
-        check_shared_stores(ctx.env, len(nodes))
+        check_shared_stores(ctx.env, len(nodes), _addresses(nodes))
         demand = self._demand(ctx)
         check_feasible(ctx.job, demand, [n.get("Resources") or {} for n in nodes])
         if ctx.hosts > 1:
@@ -409,6 +472,10 @@ def _actor_resources(demand: dict[str, float]) -> dict[str, Any]:
     if demand:
         options["resources"] = demand
     return options
+
+
+def _addresses(nodes: list[dict[str, Any]]) -> list[str]:
+    return [str(n.get("NodeManagerAddress") or "") for n in nodes]
 
 
 def _actor_name(job: str) -> str:

@@ -88,18 +88,20 @@ class State:
 
     home: Path | None = None
     verbose: int = 0
-    _sessions: dict[tuple[Path, ...], Session] = field(default_factory=dict)
+    _sessions: dict[tuple[object, ...], Session] = field(default_factory=dict)
 
     def session_kwargs(self) -> dict[str, Any]:
         return {"home": str(self.home)} if self.home is not None else {}
 
-    def session(self, *, config_files: Sequence[Path] = ()) -> Session:
-        """A session for this invocation (``--home`` beats ``SHOAL_HOME``)."""
+    def session(self, *, config_files: Sequence[Path] = (), **settings: Any) -> Session:
+        """A session for this invocation (``--home`` beats ``SHOAL_HOME``; a command's own
+        *settings*, its flags, beat both)."""
         from shoal.session import Session
 
-        key = tuple(config_files)
+        key = (*config_files, *sorted(settings.items()))
         if key not in self._sessions:
-            self._sessions[key] = Session(config_files=key, **self.session_kwargs())
+            self._sessions[key] = Session(config_files=tuple(config_files),
+                                          **{**self.session_kwargs(), **settings})
         return self._sessions[key]
 
     def home_option(self) -> str:

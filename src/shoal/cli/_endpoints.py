@@ -45,7 +45,8 @@ def endpoint_json(record: EndpointRecord) -> dict[str, Any]:
     config = record.config.to_json()
     config["env"] = mask_env(record.config.env)
     return {
-        "name": record.name, "status": str(record.status), "model_data": record.model_data,
+        "name": record.name, "status": str(record.status), "owner": record.owner,
+        "model_data": record.model_data,
         "config": config, "failure_reason": record.failure_reason,
         "created_at": record.created_at.isoformat(), "updated_at": record.updated_at.isoformat(),
         "supervisor": dict(record.supervisor), "urls": list(record.urls),
@@ -73,13 +74,15 @@ def list_endpoints(
     if not records:
         from shoal.storage.sql import redact_url
 
-        err().print(f"no endpoints in {redact_url(state.session().settings.resolved_metadata_url())}")
+        settings = state.session().settings
+        where = settings.server_url or redact_url(settings.resolved_metadata_url())
+        err().print(f"no endpoints in {where}")
         return
-    table = listing("name", "status", "instances", "created", "model", "failure",
+    table = listing("name", "status", "owner", "instances", "created", "model", "failure",
                     wrap=("failure",))
     for r in records:
         serve = r.supervisor.get("backend") == "ray-serve"
-        table.add_row(r.name, _status(r.status),
+        table.add_row(r.name, _status(r.status), r.owner,
                       f"{r.config.instance_count} replica"
                       f"{'s' if r.config.instance_count != 1 else ''} (Ray Serve)" if serve
                       else f"{len(r.serving)}/{r.config.instance_count} in service",
@@ -118,7 +121,7 @@ def describe(
                 f"{cfg.batching.max_batch_delay_ms:g}" if cfg.batching else "off")
     sup = dict(r.supervisor)
     rows: list[tuple[str, Any]] = [
-        ("name", r.name), ("status", _status(r.status)),
+        ("name", r.name), ("status", _status(r.status)), ("owner", r.owner),
         ("url", ", ".join(f"{u}/invocations" for u in r.urls) or "-"),
         ("model data", r.model_data),
         ("instance type", cfg.instance_type), ("instance count", str(cfg.instance_count)),

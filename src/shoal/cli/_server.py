@@ -26,16 +26,34 @@ def server(
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8765,
     no_auth: Annotated[bool, typer.Option(
         "--no-auth", help="Serve without tokens (loopback addresses only).")] = False,
+    backend: Annotated[str | None, typer.Option(
+        help="Where jobs submitted through the server run: local (this host) or ray (a "
+             "cluster). Default: SHOAL_BACKEND, else local.")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        help="With --backend ray: the cluster (host:6379, ray://host:10001, auto). Default: "
+             "SHOAL_RAY_ADDRESS, else auto.")] = None,
+    public_url: Annotated[str | None, typer.Option(
+        help="The URL jobs' supervisors reach this server at (needed on Ray when binding "
+             "0.0.0.0). Default: SHOAL_SERVER_PUBLIC_URL, else the bound address.")] = None,
 ) -> None:
-    """Serve /api/v1 (experiments, runs, metrics) over this host's stores."""
+    """Serve /api/v1 (experiments, runs, metrics, jobs) over this host's stores; jobs run on
+    the server's backend."""
     if ctx.invoked_subcommand is not None:
         return
-    from shoal.server.admin import check_bind, serve
+    from shoal.server.admin import check_bind, serve, serve_settings, supervisor_url
 
     check_bind(host, auth=not no_auth)
+    session = state.session(**serve_settings(backend=backend, ray_address=ray_address,
+                                             public_url=public_url))
+    settings = session.settings
+    url = supervisor_url(host, port, public_url=settings.server_public_url,
+                         backend=settings.backend)
+    where = "this host" if settings.backend == "local" else \
+        f"Ray at {settings.ray_address if settings.backend == 'ray' else settings.backend}"
     err().print(f"shoal server: http://{host}:{port}/api/v1 "
-                f"(auth: {'none' if no_auth else 'tokens'}); Ctrl-C stops it")
-    serve(state.session(), host=host, port=port, auth=not no_auth)
+                f"(auth: {'none' if no_auth else 'tokens'}); jobs run on {where}, their "
+                f"supervisors reach it at {url}; Ctrl-C stops it")
+    serve(session, host=host, port=port, auth=not no_auth)
 
 
 @server_app.command()

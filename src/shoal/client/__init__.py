@@ -9,11 +9,12 @@ wires it. The server itself (``shoal.server``) sits above the session.
 
 from shoal.client.artifacts import HttpArtifactStore
 from shoal.client.backend import HttpBackend, HttpJobEnds
-from shoal.client.endpoints import HttpEndpointStore
+from shoal.client.endpoints import HttpEndpointBackend, HttpEndpointStore
 from shoal.client.http import API_VERSION, ServerConnection
 from shoal.client.jobs import HttpJobStore
 from shoal.client.keys import HttpJobKeys
 from shoal.client.runs import HttpRunStore
 
-__all__ = ["API_VERSION", "HttpArtifactStore", "HttpBackend", "HttpEndpointStore",
+__all__ = ["API_VERSION", "HttpArtifactStore", "HttpBackend", "HttpEndpointBackend",
+           "HttpEndpointStore",
            "HttpJobEnds", "HttpJobKeys", "HttpJobStore", "HttpRunStore", "ServerConnection"]

@@ -1,6 +1,10 @@
 """``HttpEndpointStore``: the ``EndpointStore`` port (endpoint records, transitions,
 supervisor handles, instances) over a team server. Each method is one request and one store
-call on the server; transitions are POSTs, never retried."""
+call on the server; transitions are POSTs, never retried.
+
+``HttpEndpointBackend``: the ``EndpointBackend`` port over the same server, whose own endpoint
+backends run the endpoints on its host (``server/_endpoint_runtime.py``): the client's
+``EndpointService`` records, uploads and waits; the server starts, looks and stops."""
 
 from __future__ import annotations
 
@@ -16,11 +20,16 @@ from shoal.core.endpoints import (
     EndpointRecord,
     EndpointStatus,
     InstanceStatus,
+    RuntimeState,
+    RuntimeView,
 )
 from shoal.core.ports import Handle
 from shoal.errors import EndpointNotFound
 
-__all__ = ["HttpEndpointStore"]
+__all__ = ["HttpEndpointBackend", "HttpEndpointStore"]
+
+#: One delete waits at most this long on the server (below the connection's 30 s timeout).
+_DELETE_WAIT_S = 25.0
 
 
 def endpoint_record(body: Mapping[str, Any]) -> EndpointRecord:
@@ -95,6 +104,42 @@ class HttpEndpointStore:
 
     def delete_endpoint(self, name: str) -> bool:
         return bool(self._http.call("DELETE", _endpoint(name))["deleted"])
+
+
+class HttpEndpointBackend:
+    """Endpoints run by the team server's own endpoint backends, on its host and with its
+    settings (``POST /endpoint-checks``, ``POST|GET|DELETE /endpoints/{name}/runtime``)."""
+
+    def __init__(self, connection: ServerConnection) -> None:
+        self._http = connection
+
+    def owns(self, handle: Mapping[str, Any]) -> bool:
+        """Every handle on the server's records: the server picks its backend (and shows
+        one it did not start as it stands)."""
+        return bool(handle)
+
+    def check(self, config: EndpointConfig) -> None:
+        self._http.call("POST", "/endpoint-checks", json={"config": config.to_json()})
+
+    def deploy(self, name: str, *, model_data: str, config: EndpointConfig,
+               code_key: str | None, requirements_key: str | None) -> Mapping[str, Any]:
+        """Start the recorded endpoint *name* on the server (its record's model and config
+        are what it serves; the server records the handle it returns)."""
+        out = self._http.call("POST", _endpoint(name) + "/runtime", json={
+            "code_key": code_key, "requirements_key": requirements_key})
+        return dict(out["handle"])
+
+    def refresh(self, record: EndpointRecord) -> RuntimeView:
+        out = self._http.call("GET", _endpoint(record.name) + "/runtime")
+        return RuntimeView(RuntimeState(out["state"]), reason=out.get("reason"),
+                           addresses=tuple((str(h), int(p)) for h, p in out["addresses"]))
+
+    def delete(self, record: EndpointRecord, *, timeout: float) -> None:
+        self._http.call("DELETE", _endpoint(record.name) + "/runtime",
+                        params={"timeout": f"{min(timeout, _DELETE_WAIT_S):.3f}"})
+
+    def close(self) -> None:
+        """Nothing of its own: the session closes the shared connection."""
 
 
 def _endpoint(name: str) -> str:

@@ -1,5 +1,5 @@
 """The console's endpoints page: each endpoint's status, owner, instances and model, read
-from the ``EndpointStore`` (none through a team server's client yet: the page says so), and
+from the ``EndpointStore`` (the session's: the embedded store, or a team server's), and
 each instance's load from its model server's ``/metrics`` (requests, mean latency, queue),
 read in parallel with a short timeout so an instance that does not answer costs ~1 s once."""
 

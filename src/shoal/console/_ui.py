@@ -22,13 +22,12 @@ def ui_app(session: Session) -> FastAPI:
     """The console over *session*'s jobs, runs and artifacts (the embedded default, or a team
     server's through its HTTP clients when ``SHOAL_SERVER_URL`` is set), without login."""
     service = session.jobs
-    # Endpoints and environments are this machine's; a team server's client reads neither.
+    # Environments are the job host's: through a team server, the server's (not read here).
     local = session.settings.server_url is None
-    endpoints = session.metadata if local else None
     # A fresh secret per process: without login the cookie only carries the CSRF token.
     return create_console(jobs=service.metadata, runs=session.runs,
                           artifacts=session.artifacts, cancel=service.cancel, auth=None,
-                          secret=os.urandom(32), endpoints=endpoints,
+                          secret=os.urandom(32), endpoints=session.endpoint_store,
                           environments=session.env_builder.list if local else None)
 
 
@@ -58,7 +57,8 @@ def server_console(session: Session, jobs: JobStore, auth: AuthStore | None) -> 
     secret = load_user_secret(session.home / "server" / "console-secret")
     return create_console(jobs=jobs, runs=session.runs, artifacts=session.artifacts,
                           cancel=session.jobs.cancel, auth=auth, secret=secret,
-                          endpoints=session.metadata, environments=session.env_builder.list)
+                          endpoints=session.endpoint_store,
+                          environments=session.env_builder.list)
 
 
 def _is_loopback(host: str) -> bool:

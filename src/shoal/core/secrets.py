@@ -12,7 +12,8 @@ from shoal._internal.secrets import (
     mask_env,
     mask_text,
     secret_values,
+    without_credentials,
 )
 
 __all__ = ["JOB_SECRETS_VAR", "MASK", "StreamRedactor", "is_secret_name", "mask_env",
-           "mask_text", "secret_values"]
+           "mask_text", "secret_values", "without_credentials"]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import tarfile
 import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -41,6 +40,7 @@ from shoal.core.endpoints import (
 )
 from shoal.core.ports import ArtifactStore
 from shoal.core.resources import resolve_instance_type
+from shoal.endpoints._staging import ship_model
 from shoal.errors import BackendUnavailableError, InvalidArgumentError, ModelLoadError
 
 __all__ = ["BACKEND", "EndpointReplica", "RayServeEndpoints", "deployment_options",
@@ -103,9 +103,15 @@ def _serve() -> Any:
 
 def replica_env(client_env: Mapping[str, str], config: EndpointConfig) -> dict[str, str]:
     """The replicas' environment: the client's (cloud credentials, store endpoints), less
-    shoal's settings, Ray's own and machine-specific variables, plus the model's ``env``."""
+    shoal's settings, Ray's own and machine-specific variables (and, for a team server's
+    endpoints, less every credential: the nodes' own then read the model), plus the model's
+    ``env``."""
     env = {k: v for k, v in client_env.items()
            if k not in _MACHINE_VARS and not k.startswith(("SHOAL_", "RAY_"))}
+    if client_env.get("SHOAL_ENDPOINT_CREDENTIALS") == "withhold":  # a team server's
+        from shoal.core.secrets import without_credentials
+
+        env = without_credentials(env)
     env.update(config.env)
     if config.entry_point:
         env.setdefault("SAGEMAKER_PROGRAM", "inference.py")
@@ -138,28 +144,6 @@ def deployment_options(config: EndpointConfig, env: Mapping[str, str], *,
     else:
         options["num_replicas"] = config.instance_count
     return options
-
-
-def ship_model(artifacts: ArtifactStore, name: str, model_data: str) -> str:
-    """A URL every node can read: *model_data* when it is one, else an upload of it."""
-    from shoal.endpoints._staging import is_local, local_path
-
-    if not is_local(model_data):
-        return model_data
-    path = local_path(model_data).resolve()
-    if path.is_file():
-        key = endpoint_key(name, "model", path.name)
-        artifacts.put_file(key, path)
-        return str(artifacts.uri(key))
-    key = endpoint_key(name, "model", "model.tar.gz")
-    with tempfile.TemporaryDirectory(prefix="shoal-ship-") as tmp:
-        archive = Path(tmp) / "model.tar.gz"
-        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
-            for item in sorted(path.iterdir()):
-                if item.name not in ("__pycache__", ".git"):
-                    tar.add(item, arcname=item.name)
-        artifacts.put_file(key, archive)
-    return str(artifacts.uri(key))
 
 
 def check_config(config: EndpointConfig) -> None:

@@ -32,12 +32,14 @@ from shoal.core.endpoints import (
     endpoint_key,
 )
 from shoal.core.ports import ArtifactStore, EndpointStore
+from shoal.endpoints._staging import check_model_data, shipped_key, upload_model
 from shoal.errors import (
     BackendUnavailableError,
     EndpointFailedError,
     EndpointNotFound,
     InvalidArgumentError,
     InvalidTransitionError,
+    PermissionDeniedError,
     ServingError,
 )
 
@@ -52,10 +54,15 @@ _LIVE = (EndpointStatus.CREATING, EndpointStatus.IN_SERVICE, EndpointStatus.UPDA
 class EndpointService:
     """The use cases of endpoints, over one endpoint store, artifact store and the endpoint
     backends a session chose: the first deploys new endpoints; each record is managed by the
-    backend that ``owns`` its handle (one none owns is shown as it stands)."""
+    backend that ``owns`` its handle (one none owns is shown as it stands).
+
+    *home* is where the endpoints' supervisors keep their files, on this host; None when
+    they run on another (a team server's): a local model_data then goes up to the artifact
+    store first, and the processes and files on that host are its backend's to clean up.
+    """
 
     def __init__(self, metadata: EndpointStore, artifacts: ArtifactStore,
-                 backends: Sequence[EndpointBackend], *, home: Path | str) -> None:
+                 backends: Sequence[EndpointBackend], *, home: Path | str | None) -> None:
         if not backends:
             raise InvalidArgumentError("an EndpointService needs at least one endpoint "
                                        "backend (Session.endpoint_backends)",
@@ -63,13 +70,15 @@ class EndpointService:
         self.metadata = metadata
         self._artifacts = artifacts
         self._backends = tuple(backends)
-        self._home = Path(home)
+        self._home = None if home is None else Path(home)
 
     @classmethod
     def for_session(cls, session: Session) -> EndpointService:
-        """The service over *session*'s stores and endpoint backends."""
-        return cls(session.metadata, session.artifacts, session.endpoint_backends,
-                   home=session.home)
+        """The service over *session*'s stores and endpoint backends (a team server's with
+        ``SHOAL_SERVER_URL``: its endpoints run on its host)."""
+        through_server = session.settings.server_url is not None
+        return cls(session.endpoint_store, session.artifacts, session.endpoint_backends,
+                   home=None if through_server else session.home)
 
     def _owner(self, record: EndpointRecord) -> EndpointBackend | None:
         return next((b for b in self._backends if b.owns(record.supervisor)), None)
@@ -83,11 +92,27 @@ class EndpointService:
         Ray backend, its Ray Serve application."""
         backend = self._backends[0]
         backend.check(config)
+        local_model = model_data
+        # Its supervisor runs on another host: a local model goes up to the store first.
+        shipped = None
+        if self._home is None and not _in_store(model_data, self._artifacts.root):
+            shipped = shipped_key(name, model_data)
+            if shipped is None:
+                raise InvalidArgumentError(
+                    f"endpoint {name!r}: model_data {model_data!r} is not in this server's "
+                    f"artifact store ({self._artifacts.root.rstrip('/')}/...); through a team "
+                    "server give a local file or directory (it is uploaded) or a model already "
+                    "in its store (a training job's model_data)", argument="model_data",
+                    endpoint=name)
+            check_model_data(model_data)
+            model_data = self._artifacts.uri(shipped)
         record = self.metadata.create_endpoint(name, model_data=model_data, config=config)
         try:
             artifacts = self._artifacts
             for part in ("code", "env"):
                 artifacts.delete_prefix(endpoint_key(name, part))
+            if shipped is not None:
+                upload_model(artifacts, shipped, local_model)
             code_key = requirements_key = None
             if code_archive is not None:
                 code_key = endpoint_key(name, "code", "code.tar.gz")
@@ -173,6 +198,8 @@ class EndpointService:
             return self._record_view(record, view)
         except (InvalidTransitionError, EndpointNotFound):
             return self.metadata.find_endpoint(record.name)  # moved on meanwhile
+        except PermissionDeniedError:  # another user's, on a team server (which says it)
+            return self.metadata.find_endpoint(record.name)
 
     def _record_view(self, record: EndpointRecord, view: RuntimeView) -> EndpointRecord:
         name = record.name
@@ -185,7 +212,8 @@ class EndpointService:
             self.metadata.update_endpoint(name, status=EndpointStatus.IN_SERVICE,
                                           expected=EndpointStatus.CREATING)
             return self.metadata.get_endpoint(name)
-        _stop_instances(record)
+        if self._home is not None:
+            _stop_instances(record)
         self.metadata.update_endpoint(
             name, status=EndpointStatus.FAILED,
             failure_reason=view.reason or f"the endpoint's runtime is {view.state}")
@@ -219,7 +247,8 @@ class EndpointService:
             self._clean_up(current)
 
     def _clean_up(self, record: EndpointRecord) -> None:
-        _stop_instances(record)
+        if self._home is not None:
+            _stop_instances(record)
         self._remove_files(record.name)
         self.metadata.delete_endpoint(record.name)
 
@@ -230,10 +259,18 @@ class EndpointService:
         CloudWatch logs outlive an endpoint."""
         import shutil
 
-        shutil.rmtree(endpoint_dir(self._home, name), ignore_errors=True)
+        if self._home is not None:
+            shutil.rmtree(endpoint_dir(self._home, name), ignore_errors=True)
         for part in ("code", "env", "model"):
             with contextlib.suppress(Exception):
                 self._artifacts.delete_prefix(endpoint_key(name, part))
+
+
+def _in_store(model_data: str, root: str) -> bool:
+    """*model_data* names something in the artifact store at *root* (the server checks it
+    again before it starts anything)."""
+    root = root.rstrip("/") + "/"
+    return model_data.startswith(root) and len(model_data) > len(root)
 
 
 def _stop_instances(record: EndpointRecord) -> None:

@@ -13,11 +13,16 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shoal.errors import InvalidArgumentError, MissingExtraError, ServingError, ShoalError
 
+if TYPE_CHECKING:
+    from shoal.core.ports import ArtifactStore
+
 __all__ = ["check_model_data", "code_requirements", "is_local", "local_path", "pack_code",
-           "requirements_base", "server_requirements", "serving_pythonpath", "stage_model"]
+           "requirements_base", "server_requirements", "serving_pythonpath", "ship_model",
+           "shipped_key", "stage_model", "upload_model"]
 
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
@@ -79,6 +84,42 @@ def _extract(archive: Path, target: Path, label: str) -> None:
     except ShoalError as e:
         raise ServingError(f"cannot unpack the model archive: {e}",
                            **{**e.details, "path": str(archive)}) from e
+
+
+def ship_model(artifacts: ArtifactStore, name: str, model_data: str) -> str:
+    """A URL every node (or the team server) can read: *model_data* when it is one, else
+    an upload of it (``shipped_key``)."""
+    key = shipped_key(name, model_data)
+    if key is None:
+        return model_data
+    upload_model(artifacts, key, model_data)
+    return str(artifacts.uri(key))
+
+
+def shipped_key(name: str, model_data: str) -> str | None:
+    """Where a local *model_data* goes in the artifact store (``endpoints/<name>/model/``:
+    a file under its name, a directory as ``model.tar.gz``); None for a URL."""
+    from shoal.core.endpoints import endpoint_key
+
+    if not is_local(model_data):
+        return None
+    path = local_path(model_data).resolve()
+    return endpoint_key(name, "model", path.name if path.is_file() else "model.tar.gz")
+
+
+def upload_model(artifacts: ArtifactStore, key: str, model_data: str) -> None:
+    """Put the local *model_data* (a file, or a directory packed as a tar.gz) under *key*."""
+    path = local_path(model_data).resolve()
+    if path.is_file():
+        artifacts.put_file(key, path)
+        return
+    with tempfile.TemporaryDirectory(prefix="shoal-ship-") as tmp:
+        archive = Path(tmp) / "model.tar.gz"
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+            for item in sorted(path.iterdir()):
+                if item.name not in ("__pycache__", ".git"):
+                    tar.add(item, arcname=item.name)
+        artifacts.put_file(key, archive)
 
 
 def stage_model(model_data: str, target: Path, *, code_archive: Path | None) -> Path:

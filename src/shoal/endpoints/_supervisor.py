@@ -51,6 +51,7 @@ from shoal.core.endpoints import (
 )
 from shoal.core.jobs import JobName
 from shoal.core.ports import Backend, EndpointStore, ExecContext
+from shoal.core.secrets import without_credentials
 from shoal.endpoints._staging import (
     code_requirements,
     requirements_base,
@@ -264,8 +265,12 @@ class EndpointSupervisor:
             self._argv += ["--max-batch-size", str(cfg.batching.max_batch_size),
                            "--max-batch-delay-ms", f"{cfg.batching.max_batch_delay_ms:g}"]
         # The client's environment, less shoal's own settings: the server reads none of them.
+        # An endpoint a team server started gets none of the server's credentials either:
+        # its inference code is its deployer's (SHOAL_ENDPOINT_CREDENTIALS=withhold).
         env = {k: v for k, v in self._session.supervisor_env().items()
                if not k.startswith("SHOAL_")}
+        if self._session.settings.endpoint_credentials == "withhold":
+            env = without_credentials(env)
         env.update(cfg.env)
         if cfg.entry_point:
             env.setdefault("SAGEMAKER_PROGRAM", "inference.py")

@@ -87,7 +87,11 @@ class Model:
         if model_data is None:
             raise InvalidArgumentError(_missing_model_data(image_uri), argument="model_data")
         self.model_data = os.fspath(model_data)
-        check_model_data(self.model_data)
+        session = _session(sagemaker_session)
+        if session.settings.server_url is None:
+            # (through a team server a file:// model may be in its store, on its host: the
+            # endpoint service checks it at deploy)
+            check_model_data(self.model_data)
         self.image_uri = image_uri
         self.role = role
         self.inert = given(args, _MODEL_INERT)
@@ -98,7 +102,7 @@ class Model:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise InvalidArgumentError("env must map str to str", argument="env")
         self.name = name
-        self.sagemaker_session = _session(sagemaker_session)
+        self.sagemaker_session = session
         self.predictor_cls = predictor_cls or Predictor
         self.endpoint_name: str | None = None
         #: requirement lines the server's environment installs before the model's own: a
@@ -176,8 +180,8 @@ class Model:
 
     def _start(self, name: str, config: EndpointConfig, wait: bool) -> None:
         requirements = self._serving_requirements()
-        if requirements is None:  # served from this environment: it needs the server
-            _check_server_installed(self.model_data)
+        if requirements is None and self.sagemaker_session.settings.server_url is None:
+            _check_server_installed(self.model_data)  # served from this environment
         service = EndpointService.for_session(self.sagemaker_session)
         with tempfile.TemporaryDirectory(prefix="shoal-code-") as tmp:
             archive = None

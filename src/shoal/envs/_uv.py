@@ -80,8 +80,12 @@ class UvEnvBuilder:
     """Resolve, build and cache environments under *root* for the interpreter *python*."""
 
     def __init__(self, root: Path, *, python: str | None = None, uv: str | None = None,
-                 resolve_ttl_seconds: float = 24 * 3600) -> None:
+                 resolve_ttl_seconds: float = 24 * 3600,
+                 withhold_credentials: bool = False) -> None:
         self.root = Path(root)
+        #: uv (and the builds of sdists it runs: their setup code is the requirements') gets
+        #: none of this process's credentials (an endpoint a team server started).
+        self._withhold = withhold_credentials
         self._python = python or sys.executable
         self._uv = uv
         self._ttl = resolve_ttl_seconds
@@ -94,6 +98,10 @@ class UvEnvBuilder:
 
     def _run(self, args: list[str], *, cwd: Path | None = None, what: str) -> str:
         env = uv_environment()
+        if self._withhold:
+            from shoal.core.secrets import without_credentials
+
+            env = without_credentials(env)
         try:
             done = subprocess.run([self._uv_bin(), *args], cwd=cwd, env=env, text=True,
                                   capture_output=True, timeout=1800, check=False)

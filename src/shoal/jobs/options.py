@@ -103,11 +103,13 @@ class JobOptions:
         return Distribution(self.instance_count, per_host, torchrun)
 
 
-def keep_alive_seconds(asked: float, settings: Settings, kind: JobKind = JobKind.FUNCTION) -> float:
+def keep_alive_seconds(asked: float, settings: Settings, kind: JobKind = JobKind.FUNCTION,
+                       *, backend: str | None = None) -> float:
     """The keep-alive a job gets: what it asked for; else, for a function job on Ray, the
     session's ``ray_keep_alive_seconds`` (warm supervisor actors serve such jobs by default);
-    else none (SageMaker's default)."""
-    if asked or kind is not JobKind.FUNCTION or not is_ray(settings):
+    else none (SageMaker's default). *backend*: the one that runs the job (through a team
+    server, the server's: ``Session.backend_name``), default *settings*'."""
+    if asked or kind is not JobKind.FUNCTION or not is_ray(settings, backend):
         return float(asked)
     return float(settings.ray_keep_alive_seconds)
 
@@ -126,9 +128,9 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
              conda_env: str | None = None, strict_versions: bool = False,
              checkpoint_s3_uri: str | None = None, workdir: Workdir | None = None,
              training: TrainingSpec | None = None, sagemaker_alias: bool = False,
-             framework_notices: Sequence[str] = ()) -> JobSpec:
-    """The JobSpec of a job with *options*, run on *settings*' backend, with the parts only
-    some jobs have."""
+             framework_notices: Sequence[str] = (), backend: str | None = None) -> JobSpec:
+    """The JobSpec of a job with *options*, run on *backend* (default: *settings*'), with the
+    parts only some jobs have."""
     itype, gpu_note = options.resources()
     return JobSpec(
         name=JobName(name), kind=kind, function_name=function_name,
@@ -142,7 +144,7 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
         max_retry_attempts=options.max_retry_attempts,
         stop_grace_period_in_seconds=options.stop_grace_period_in_seconds,
         keep_alive_period_in_seconds=keep_alive_seconds(
-            options.keep_alive_period_in_seconds, settings, kind),
+            options.keep_alive_period_in_seconds, settings, kind, backend=backend),
         tags=options.tags, python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         inert_settings=dict(inert_settings or {}), sys_path=tuple(sys_path), run=run,
         conda_env=conda_env, gpu_fallback=gpu_note, strict_versions=strict_versions,
@@ -167,8 +169,9 @@ def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
     return f"ran on CPU: {note}"
 
 
-def is_ray(settings: Settings) -> bool:
-    backend = settings.backend
+def is_ray(settings: Settings, backend: str | None = None) -> bool:
+    """Whether jobs run on Ray: *backend* (a session's ``backend_name``), else *settings*'."""
+    backend = backend or settings.backend
     return backend == "ray" or backend.startswith("ray://")
 
 

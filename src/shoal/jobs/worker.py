@@ -10,6 +10,7 @@ session.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, PermissionDeniedError
 from shoal.jobs._training import CHECKPOINT_SYNC_SECONDS
 from shoal.jobs.driver import Supervisor
 from shoal.jobs.service import JobService
@@ -153,7 +154,10 @@ def serve_warm_main(ctx: WorkerContext) -> int:
         from shoal.serialization import warm_up
 
         warm_up()
-        ctx.jobs.metadata.find_job("shoal-warm-up")
+        # Through a team server the job token it started with reaches that job alone: the
+        # warm-up's 403 still opened the connection (and checked the server and the token).
+        with contextlib.suppress(PermissionDeniedError):
+            ctx.jobs.metadata.find_job("shoal-warm-up")
         _ = ctx.jobs.artifacts
         supervisor = ctx.supervisor(warm=True)
         # Stop signals from the start (another supervisor installs them with its first job),

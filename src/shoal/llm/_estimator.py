@@ -86,10 +86,12 @@ class FineTuner(Estimator):
         """The merged model: ``.../output/model.tar.gz``, or the ``.../output/model/`` prefix
         (with its ``manifest.json``) when it was above ``large_model_threshold_mb``."""
         tarball = super().model_data
-        from shoal.storage.artifacts import FsspecArtifactStore
+        from shoal.llm._export import MANIFEST, store_for
 
         prefix = self._model_prefix(self._require_job().name)
-        if FsspecArtifactStore.open(prefix).exists("manifest.json"):
+        # through the session's store where the prefix is in it (a team server's: over HTTP)
+        store, below = store_for(prefix, self.sagemaker_session.artifacts)
+        if store.exists(below + MANIFEST):
             return prefix + "/"
         return tarball
 

@@ -10,7 +10,9 @@ Layout of the output directory (a job's ``SM_MODEL_DIR``, so all of it is in mod
 
 A merged model larger than ``large_model_threshold_mb``, in a job, is uploaded uncompressed
 under the job's ``output/model/`` prefix with a ``manifest.json``; the directory then keeps
-the adapter, the manifest, serving.properties (pointing at the prefix) and the summary.
+the adapter, the manifest, serving.properties (pointing at the prefix) and the summary. A
+prefix below the session's own artifact store goes through that store (through a team server:
+over HTTP with the job's token, as the job's other files), any other is opened on its URL.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from shoal.llm._serving import DJL_DTYPES, write_serving_properties
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["MANIFEST", "SUMMARY", "merge_and_save", "store_large_model"]
+    from shoal.core.ports import ArtifactStore
+
+__all__ = ["MANIFEST", "SUMMARY", "merge_and_save", "store_for", "store_large_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,20 +117,20 @@ def model_bytes(directory: Path) -> int:
 def store_large_model(output_dir: Path, prefix_uri: str, opts: FineTuneOptions,
                       dtype: str) -> Manifest:
     """Upload the merged model under *prefix_uri*; leave a manifest in *output_dir*."""
-    from shoal.storage.artifacts import FsspecArtifactStore
+    from shoal.session import current
 
-    store = FsspecArtifactStore.open(prefix_uri.rstrip("/"))
+    store, below = store_for(prefix_uri, current().artifacts)
     files: list[ManifestFile] = []
     for path in sorted(p for p in output_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(output_dir).as_posix()
         if rel.split("/", 1)[0] in _KEEP:
             continue
-        store.put_file(rel, path)
+        store.put_file(below + rel, path)
         files.append({"path": rel, "size": path.stat().st_size, "sha256": _sha256(path)})
     manifest: Manifest = {"format": "shoal-model-manifest/1", "uri": prefix_uri.rstrip("/"),
                           "files": files, "total_bytes": sum(f["size"] for f in files)}
     body = json.dumps(manifest, indent=2).encode()
-    store.put_bytes(MANIFEST, body)  # last: a prefix with a manifest is complete
+    store.put_bytes(below + MANIFEST, body)  # last: a prefix with a manifest is complete
     (output_dir / MANIFEST).write_bytes(body)
     for f in files:
         (output_dir / f["path"]).unlink()
@@ -134,6 +138,19 @@ def store_large_model(output_dir: Path, prefix_uri: str, opts: FineTuneOptions,
     logger.info("merged model (%.1f MB) stored under %s", manifest["total_bytes"] / 1e6,
                 manifest["uri"])
     return manifest
+
+
+def store_for(prefix_uri: str, own: ArtifactStore) -> tuple[ArtifactStore, str]:
+    """The store that holds *prefix_uri* and the key prefix (``""`` or ending in ``/``) of
+    the URI in it: *own* (the session's store) when the URI lies below its root, else a store
+    opened on the URI itself."""
+    prefix = prefix_uri.rstrip("/")
+    root = str(own.root).rstrip("/") + "/"
+    if prefix.startswith(root):
+        return own, prefix[len(root):] + "/"
+    from shoal.storage.artifacts import FsspecArtifactStore
+
+    return FsspecArtifactStore.open(prefix), ""
 
 
 def _sha256(path: Path) -> str:

@@ -45,7 +45,8 @@ def run_job(options: RemoteOptions, func: Callable[..., Any], args: tuple[Any, .
     spec, files = options.build_job(func, session, call_args=(*args, *kwargs.values()))
     service = session.jobs
     on_terminal = stream and sys.stdout.isatty()
-    if is_ray(session.settings) and _batchable(spec, files, session) and not on_terminal:
+    if is_ray(session.settings, session.backend_name) and _batchable(spec, files, session) \
+            and not on_terminal:
         # On Ray: the call goes to a warm supervisor actor as a batch of one (one transaction
         # creates its record, one file holds its payloads, the result comes back with the
         # news). Read to the end: the actor is handed the next call only once it said it

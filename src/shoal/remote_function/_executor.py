@@ -345,8 +345,9 @@ class RemoteExecutor(Executor):
         end = None if timeout is None else time.monotonic() + timeout
         args_iter = zip(*iterables, strict=False)
         window: collections.deque[RemoteFuture] = collections.deque()
+        session = self._session()
         warm = keep_alive_seconds(self._options.keep_alive_period_in_seconds,
-                                  self._session().settings) > 0
+                                  session.settings, backend=session.backend_name) > 0
         # Enough calls ahead that every worker has a full hand-over waiting.
         ahead = max(2 * self._max * (chunk if warm else 1), 4)
         for args in itertools.islice(args_iter, ahead):
@@ -404,7 +405,7 @@ def _batchable(spec: JobSpec, files: dict[str, bytes], session: Session) -> bool
             and not spec.pre_execution_commands and not spec.pre_execution_script
             and spec.max_retry_attempts <= 1
             and not spec.checkpoint_s3_uri  # its supervisor syncs them
-            and (settings.backend == "local" or is_ray(settings))
+            and (session.backend_name == "local" or is_ray(settings, session.backend_name))
             and settings.job_process == "fork")
 
 

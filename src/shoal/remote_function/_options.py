@@ -250,7 +250,7 @@ class RemoteOptions:
             run=None if run is None else RunRef.from_json(run),
             conda_env=self._conda_env(defaults),
             # a conda file's python= must then be the client's
-            strict_versions=session.settings.strict_versions)
+            strict_versions=session.settings.strict_versions, backend=session.backend_name)
 
     def _conda_env(self, defaults: DefaultsConfig) -> str | None:
         conda_env = self.resolve("job_conda_env", defaults)

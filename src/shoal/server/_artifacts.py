@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -31,10 +31,14 @@ DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024**3
 _CHUNK = 1024 * 1024
 Key = Annotated[str, Query(description="a relative path below the store's root")]
 Prefix = Annotated[str, Query(description="a key prefix (a directory of keys)")]
+#: Called with the request, the key (or prefix) and "write"/"delete" before a change: raises
+#: PermissionDeniedError for keys the caller may not change (an endpoint's files).
+WriteGuard = Callable[[Request, str, str], None]
 
 
 def artifact_routes(store: ArtifactStore, *, upload_dir: Path | None = None,
-                    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> APIRouter:
+                    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+                    guard: WriteGuard | None = None) -> APIRouter:
     api = APIRouter(tags=["artifacts"])
 
     @api.get("/artifact-store")
@@ -44,6 +48,8 @@ def artifact_routes(store: ArtifactStore, *, upload_dir: Path | None = None,
     @api.put("/artifacts", status_code=204)
     async def put_artifact(request: Request, key: Key) -> None:
         check_key(key)
+        if guard is not None:
+            await run_in_threadpool(guard, request, key, "write")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_upload_bytes:
             raise _too_large(key, int(declared), max_upload_bytes)
@@ -81,8 +87,11 @@ def artifact_routes(store: ArtifactStore, *, upload_dir: Path | None = None,
         return {"bytes": store.disk_usage(check_key(prefix))}
 
     @api.delete("/artifacts", status_code=204)
-    def delete_prefix(prefix: Prefix) -> None:
-        store.delete_prefix(check_key(prefix))
+    def delete_prefix(prefix: Prefix, request: Request) -> None:
+        check_key(prefix)
+        if guard is not None:
+            guard(request, prefix, "delete")
+        store.delete_prefix(prefix)
 
     return api
 

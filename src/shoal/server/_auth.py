@@ -4,27 +4,36 @@ scope does not allow the action (reads need ``read``, writes ``write``).
 A job token (``server/_jobtokens.py``, what a job's supervisor sends) is a write token of the
 job's owner limited to its own jobs: the job named in the path (``{name}``/``{job}``), the
 artifact key or prefix (``key``/``prefix``), the metrics owner (``owner=job:<name>``) must be
-its own, and routes that name jobs in their body call ``require_jobs``; any other route is
-refused (403 naming the token's job and what it tried to reach)."""
+its own, and routes that name jobs in their body call ``require_jobs``; the run its job is
+linked to on the server's record (``JobGrants``: the run's own routes, ``owner=run:...``, its
+``experiments/<exp>/<run>/`` files) too; any other route is refused (403 naming the token's
+job and what it tried to reach), and so is every write once the token's jobs have ended."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import NoReturn
 
 from fastapi import Request
 
 from shoal.core.auth import ApiToken, Scope, hash_token
 from shoal.core.ports import AuthStore
 from shoal.errors import AuthenticationError, PermissionDeniedError
-from shoal.server._jobtokens import JOB_TOKEN_PREFIX, JobToken, JobTokens
+from shoal.server._jobtokens import (
+    JOB_TOKEN_PREFIX,
+    RUN_FILES,
+    JobGrants,
+    JobToken,
+    JobTokens,
+)
 
 __all__ = ["LOCAL_PRINCIPAL", "Authorizer", "job_token_of", "require_jobs"]
 
 _API = "/api/v1"
 #: Where a job token may go at all (each then checked against its jobs).
 _JOB_ROUTES = ("/jobs", "/job-transitions", "/job-handles", "/artifacts", "/artifact-store",
-               "/metrics", "/whoami")
+               "/metrics", "/whoami", "/experiments/")
 #: Routes that name nothing a job token could overreach with.
 _HARMLESS = frozenset({"/whoami", "/artifact-store"})
 
@@ -37,9 +46,11 @@ LOCAL_PRINCIPAL = ApiToken("local", "local", "no-auth", Scope.ADMIN,
 class Authorizer:
     """The FastAPI dependency that authenticates and authorizes one request."""
 
-    def __init__(self, store: AuthStore | None, job_tokens: JobTokens | None = None) -> None:
+    def __init__(self, store: AuthStore | None, job_tokens: JobTokens | None = None,
+                 grants: JobGrants | None = None) -> None:
         self._store = store  # None: --no-auth
         self._job_tokens = job_tokens
+        self._grants = grants
 
     async def __call__(self, request: Request) -> ApiToken:
         # On the event loop, not in FastAPI's thread pool: a job token is an HMAC, a user's
@@ -50,7 +61,7 @@ class Authorizer:
             token = ApiToken(f"job:{job.shown}", job.user, job.shown, Scope.WRITE,
                              datetime.fromtimestamp(0, UTC))
             request.state.job_token = job
-            _check_job_route(job, request)
+            _check_job_route(job, request, self._grants)
         else:
             token = LOCAL_PRINCIPAL if self._store is None else self._authenticate(request)
             request.state.job_token = None
@@ -117,14 +128,16 @@ def require_jobs(request: Request, names: Iterable[str], action: str) -> None:
             _refuse(job, f"{action} job {name}'s record")
 
 
-def _refuse(job: JobToken, what: str) -> None:
+def _refuse(job: JobToken, what: str, why: str | None = None) -> NoReturn:
     raise PermissionDeniedError(
-        f"the job token of {job.shown} (user {job.user!r}) may not {what}: a job's token "
-        "reaches only its own job's record, payloads, log, artifacts, metrics and "
-        "checkpoints", action=what, user=job.user, job=min(job.jobs))
+        f"the job token of {job.shown} (user {job.user!r}) may not {what}: " + (why or
+        "a job's token reaches only its own job's record, payloads, log, artifacts, metrics, "
+        "checkpoints and the run it was submitted for"), action=what, user=job.user,
+        job=min(job.jobs))
 
 
-def _check_job_route(job: JobToken, request: Request) -> None:
+def _check_job_route(job: JobToken, request: Request,  # noqa: C901 - one rule per parameter
+                     grants: JobGrants | None) -> None:
     """Refuse what *job*'s token may not reach on this route (see module)."""
     path = request.url.path.removeprefix(_API)
     write = request.method not in _READS
@@ -132,6 +145,7 @@ def _check_job_route(job: JobToken, request: Request) -> None:
     if not path.startswith(_JOB_ROUTES) or path == "/jobs" and request.method != "GET":
         _refuse(job, f"call {request.method} {path}")
     params = {**request.query_params, **request.path_params}
+    route = getattr(request.scope.get("route"), "name", None)
     checked = False
     if path == "/jobs":  # list_jobs: only by the names of its own jobs
         names = request.query_params.getlist("name")
@@ -141,6 +155,13 @@ def _check_job_route(job: JobToken, request: Request) -> None:
             if listed not in job.jobs:
                 _refuse(job, f"read job {listed}'s record")
         checked = True
+    if path.startswith("/experiments/"):  # only its own run's routes, not its experiment's
+        experiment, run = params.get("experiment"), params.get("run")
+        if route not in RUN_ROUTES or experiment is None or run is None:
+            _refuse(job, f"call {request.method} {path}")
+        if grants is None or (experiment, run) not in grants.runs(job):
+            _refuse_run(job, grants, f"{verb} run {run!r} of experiment {experiment!r}")
+        checked = True
     for param in ("name", "job"):
         if param in request.path_params:
             checked = True
@@ -149,18 +170,54 @@ def _check_job_route(job: JobToken, request: Request) -> None:
     for param in ("key", "prefix"):
         if param in params:
             checked = True
-            if not job.may_touch_key(str(params[param]), write=write):
-                _refuse(job, f"{verb} the artifact key {params[param]!r} (another job's)")
+            key = str(params[param])
+            if job.may_touch_key(key, write=write) or \
+                    grants is not None and grants.run_of_key(job, key):
+                continue
+            if key.lstrip("/").startswith(f"{RUN_FILES}/"):
+                _refuse_run(job, grants, f"{verb} the artifact key {key!r} (another run's)")
+            _refuse(job, f"{verb} the artifact key {key!r} (another job's)")
     if "owner" in params:
         checked = True
         owner = str(params["owner"])
-        if not (owner.startswith("job:") and owner[4:] in job.jobs):
+        kind, _, rest = owner.partition(":")
+        experiment, _, run = rest.partition("/")
+        if kind == "run":
+            if grants is None or (experiment, run) not in grants.runs(job):
+                _refuse_run(job, grants, f"{verb} the metrics of {owner!r}")
+        elif not (kind == "job" and rest in job.jobs):
             _refuse(job, f"{verb} the metrics of {owner!r}")
-    route = request.scope.get("route")
-    if not checked and getattr(route, "name", None) not in BODY_CHECKED and \
-            path not in _HARMLESS:
+    if not checked and route not in BODY_CHECKED and path not in _HARMLESS:
         _refuse(job, f"call {request.method} {path}")
+    if write and grants is not None:
+        ended = grants.why_ended(job, _named_job(job, request, params))
+        if ended is not None:
+            _refuse(job, f"{verb} anything ({request.method} {path})",
+                    f"{ended}, and a job's token writes nothing once its job has ended")
+
+
+def _named_job(job: JobToken, request: Request, params: dict[str, str]) -> str | None:
+    """The one job of *job*'s a request is about (its path, key or metrics owner), if any."""
+    for param in ("name", "job"):
+        if param in request.path_params:
+            return str(request.path_params[param])
+    named = str(params.get("key") or params.get("prefix") or "").lstrip("/").split("/", 1)[0]
+    owner = str(params.get("owner", ""))
+    if owner.startswith("job:"):
+        named = owner[4:]
+    return named if named in job.jobs else None
+
+
+def _refuse_run(job: JobToken, grants: JobGrants | None, what: str) -> NoReturn:
+    runs = sorted(grants.runs(job)) if grants is not None else []
+    linked = ", ".join(f"{e}/{r}" for e, r in runs)
+    _refuse(job, what, f"it reaches only the run its job was submitted for ({linked})"
+            if runs else "its job was submitted for no run (no 'with Run(...)' open and no "
+            "experiment_config)")
 
 
 #: Routes that name their jobs in the body and check them with ``require_jobs``.
 BODY_CHECKED = frozenset({"update_jobs", "set_handles"})
+#: The routes of one run a job token may call for the run its job is linked to.
+RUN_ROUTES = frozenset({"get_run", "end_run", "resume_run", "set_run_parameters",
+                        "set_run_tags", "add_run_artifact"})

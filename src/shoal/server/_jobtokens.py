@@ -10,7 +10,12 @@ revokes every job token at once. What a token may touch is checked per request
 (``JobToken.may_touch_key`` and ``server/_auth.py``): its jobs' records, payloads and keys
 (``<job>/...``), its batch's files (``_batches/<day>/<batch>.*``), function pickles
 (``_functions/<sha256>/``, read only: content-addressed, shared by batches) and metrics of the
-owner ``job:<name>``; nothing else.
+owner ``job:<name>``; and the experiment run each job is linked to on its record
+(``JobSpec.run``: the ``with Run(...)`` the client had open, or ``experiment_config``), with
+its metrics (``run:<experiment>/<run>``) and logged files (``experiments/<experiment>/<run>/``),
+which :class:`JobGrants` reads from the server's records, never from the token. Once every
+job of a token has ended (or its record is gone, or is another user's), the token may write
+nothing more (``JobGrants.why_ended``); it still reads.
 """
 
 from __future__ import annotations
@@ -19,13 +24,17 @@ import base64
 import hashlib
 import hmac
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from shoal.core.jobs import JobStatus, RunRef
+from shoal.core.ports import JobQuery, JobStore
 from shoal.errors import AuthenticationError
 
-__all__ = ["JOB_TOKEN_PREFIX", "JobToken", "JobTokens"]
+__all__ = ["JOB_TOKEN_PREFIX", "RUN_FILES", "JobGrants", "JobToken", "JobTokens"]
 
 JOB_TOKEN_PREFIX = "shoalj_"
 _LABEL = b"shoal/job-token/v1\0"
@@ -94,6 +103,86 @@ class JobTokens:
         data = json.loads(payload)
         return JobToken(str(data["u"]), frozenset(str(j) for j in data["j"]),
                         None if data.get("b") is None else str(data["b"]))
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+#: What a job's record may be in while its token still writes.
+_LIVE = tuple(s for s in JobStatus if not s.is_terminal)
+#: Logged files of a run (``Run.log_file``'s default ``artifact_prefix``).
+RUN_FILES = "experiments"
+
+
+class JobGrants:
+    """What a job token reaches beyond its own jobs, decided from their records on this
+    server: the runs they are linked to, and whether they may still write.
+
+    A job's owner and run never change after it is created, so they are cached by job name
+    (one read the first time a token reaches a run). Whether a job has ended is read per
+    write (one indexed query for a live job of the token's, ``limit=1``) until it has: ended
+    is final (no transition leaves a terminal status), so that answer is cached too and a
+    leaked token of a finished job costs no read at all.
+    """
+
+    def __init__(self, store: JobStore, *, cache_size: int = 4096) -> None:
+        self._store = store
+        self._size = cache_size
+        self._links: OrderedDict[str, tuple[str, RunRef | None]] = OrderedDict()
+        self._ended: OrderedDict[tuple[str, frozenset[str]], str] = OrderedDict()
+
+    def runs(self, token: JobToken) -> frozenset[tuple[str, str]]:
+        """``(experiment, run)`` of each of the token's jobs that its user owns and that is
+        linked to a run."""
+        missing = sorted(j for j in token.jobs if j not in self._links)
+        if missing:
+            for record in self._store.list_jobs(JobQuery(names=missing, limit=len(missing))):
+                _remember(self._links, record.name, (record.owner, record.spec.run),
+                          self._size)
+        found = set()
+        for job in token.jobs:
+            owner, run = self._links.get(job, ("", None))
+            if run is not None and owner == token.user:
+                found.add((run.experiment_name, run.run_name))
+        return frozenset(found)
+
+    def run_of_key(self, token: JobToken, key: str) -> bool:
+        """Whether *key* is a logged file of one of the token's runs."""
+        parts = key.lstrip("/").split("/")
+        if len(parts) < 4 or parts[0] != RUN_FILES:
+            return False
+        return (parts[1], parts[2]) in self.runs(token)
+
+    def why_ended(self, token: JobToken, job: str | None = None) -> str | None:
+        """None while *job* (one of the token's, the one a request names), or else one of
+        the token's jobs, has not ended and is the token user's; else why the token writes
+        nothing more. A batch's token thus writes a job's files only while that job runs,
+        and the batch's own while any of its jobs does."""
+        names = frozenset((job,)) if job is not None and job in token.jobs else token.jobs
+        cached = self._ended.get((token.user, names))
+        if cached is not None:
+            return cached
+        live = self._store.list_jobs(JobQuery(names=sorted(names), statuses=_LIVE, limit=1))
+        if live and live[0].owner == token.user:
+            return None
+        if live:
+            why = (f"job {live[0].name}'s record belongs to user {live[0].owner!r}, not to the "
+                   f"token's user {token.user!r}")
+        elif len(names) == 1:
+            [name] = names
+            record = self._store.find_job(name)
+            why = f"job {name} has ended ({record.status})" if record is not None else \
+                f"job {name}'s record is gone"
+        else:
+            why = f"all {len(names)} jobs of batch {token.batch or '?'} have ended"
+        _remember(self._ended, (token.user, names), why, self._size)
+        return why
+
+
+def _remember(cache: OrderedDict[_K, _V], key: _K, value: _V, size: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)
 
 
 def _b64(data: bytes) -> str:

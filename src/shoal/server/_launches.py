@@ -26,8 +26,9 @@ from shoal.core.auth import ApiToken
 from shoal.core.jobs import JobName
 from shoal.core.ports import ExecContext, JobStore, JobWaiter
 from shoal.core.secrets import JOB_SECRETS_VAR, is_secret_name
-from shoal.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
-from shoal.server._jobtokens import JobTokens
+from shoal.errors import InvalidArgumentError, NotFoundError
+from shoal.server._jobtokens import JobGrants, JobTokens
+from shoal.server._owners import require_owner
 from shoal.server._signals import Signals
 from shoal.server._wire_launches import (
     AliveOut,
@@ -53,6 +54,11 @@ _PREPARE = "shoal.session:warm_supervisor"
 _FROM_CLIENT = (JOB_SECRETS_VAR, "SHOAL_JOB_PROCESS")
 #: The server's store settings: a job reaches the stores through the server only.
 _STORE_VARS = ("SHOAL_METADATA_URL", "SHOAL_ARTIFACT_URL", "SHOAL_SERVER_URL", "SHOAL_TOKEN")
+#: The server's own credentials: object stores', and its Ray cluster's token (Ray's token
+#: authentication: ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN_PATH``, set in the server's process
+#: when it connects). A supervisor needs neither; the launchers of a job's other hosts get
+#: the token from the Ray worker that starts them (``backends/ray.py``), on the node.
+_SERVER_ONLY = ("AWS_", "RAY_AUTH_")
 _MAX_POLL_S = 60.0
 _KEEP_DONE_S = 600.0
 
@@ -67,6 +73,7 @@ class ServerJobs:
         self.signals = signals
         state = session.home / "server"
         self.tokens = JobTokens(state / "job-token-secret")
+        self.grants = JobGrants(self.store)
         self._user_secrets = state / "user-secrets"
         self._claims: dict[str, _Claim] = {}
         self._lock = threading.Lock()
@@ -81,7 +88,8 @@ class ServerJobs:
     def job_env(self, client: Mapping[str, str], token: str) -> dict[str, str]:
         """A supervisor's environment on this host (see module)."""
         env = {k: v for k, v in self.session.supervisor_env().items()
-               if k not in _STORE_VARS and not k.startswith("AWS_") and not is_secret_name(k)}
+               if k not in _STORE_VARS and not k.startswith(_SERVER_ONLY)
+               and not is_secret_name(k)}
         env.update({k: client[k] for k in _FROM_CLIENT if k in client})
         env.update(SHOAL_HOME=str(self.session.home), SHOAL_SERVER_URL=self.url,
                    SHOAL_TOKEN=token)
@@ -139,9 +147,10 @@ def _principal(request: Request) -> ApiToken:
     return token
 
 
-def _check_context(jobs: ServerJobs, body: LaunchIn) -> tuple[str, ...]:
-    """The jobs *body* launches; refused unless it is shoal's supervisor for recorded jobs
-    that have not ended."""
+def _check_context(jobs: ServerJobs, body: LaunchIn, request: Request
+                   ) -> tuple[tuple[str, ...], str]:
+    """The jobs *body* launches and their owner; refused unless it is shoal's supervisor for
+    recorded jobs that have not ended, launched by their owner (or an admin)."""
     if body.entrypoint != _SUPERVISOR or body.prepare not in (None, _PREPARE):
         raise InvalidArgumentError(
             f"the server starts only shoal's supervisor ({_SUPERVISOR}), not "
@@ -151,12 +160,19 @@ def _check_context(jobs: ServerJobs, body: LaunchIn) -> tuple[str, ...]:
     if tuple(body.args) != expected:
         raise InvalidArgumentError(f"the launch of {body.job} names jobs {body.args!r} that are "
                                    f"not its own {list(expected)!r}", job=body.job)
+    owners = set()
     for name in names:
         record = jobs.store.get_job(name)
         if record.is_terminal:
             raise InvalidArgumentError(f"job {name} has ended ({record.status}): there is no "
                                        "supervisor to start for it", job=name)
-    return names
+        require_owner(request, record.owner, "launch", f"job {name!r}")
+        owners.add(record.owner)
+    if len(owners) > 1:
+        raise InvalidArgumentError(f"the launch of {body.job} hands over jobs of several users "
+                                   f"({', '.join(sorted(owners))}): launch each user's jobs on "
+                                   "their own", job=body.job)
+    return names, owners.pop()
 
 
 def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small closure per route
@@ -173,8 +189,9 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
 
     @api.post("/launches", tags=["launches"], status_code=201)
     def launch(body: LaunchIn, request: Request) -> LaunchOut:
-        user = _principal(request).user
-        names = _check_context(jobs, body)
+        # The job token is its jobs' owner's (an admin may launch them): what it may reach
+        # is checked against their records, whose owner it must be (JobGrants).
+        names, user = _check_context(jobs, body, request)
         token = jobs.tokens.mint(user, names, body.job if body.batch else None)
         pool = None if body.pool is None else \
             hashlib.sha256(f"{body.pool}|user:{user}".encode()).hexdigest()  # no shared workers
@@ -196,11 +213,14 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         return AliveOut(alive=backend.is_alive(body.handle))
 
     @api.post("/launches/stop", tags=["launches"], status_code=204)
-    def signal_stop(body: HandleIn) -> None:
+    def signal_stop(body: HandleIn, request: Request) -> None:
         # Only the supervisor of a job that has not ended: a handle is the client's word.
-        if not any(r.handle == body.handle for r in jobs.store.iter_unfinished()):
+        found = [r for r in jobs.store.iter_unfinished() if r.handle == body.handle]
+        if not found:
             raise NotFoundError(f"no unfinished job has the supervisor {body.handle!r}: "
                                 "nothing to stop", handle=str(body.handle))
+        for record in found:  # a warm worker's handle is on each job it took
+            require_owner(request, record.owner, "stop", f"job {record.name!r}")
         backend.signal_stop(body.handle)
 
     @api.get("/launches/{launch}/messages", tags=["launches"])
@@ -210,10 +230,8 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         claim = jobs.claim(launch)
         if claim is None:  # the server restarted since, or no warm worker took it
             return MessagesOut(messages=[], done=True, lost=True)
-        user = _principal(request).user
-        if claim.user != user:
-            raise PermissionDeniedError(f"launch {launch} is user {claim.user!r}'s, not "
-                                        f"{user!r}'s", action="read_launch", user=user)
+        # its jobs' owner's (or an admin's, who may have launched them)
+        require_owner(request, claim.user, "read the messages of", f"launch {launch!r}")
         deadline = time.monotonic() + min(timeout, _MAX_POLL_S)
         while len(claim.messages) <= after and not claim.done:
             left = deadline - time.monotonic()
@@ -226,12 +244,18 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
 
     @api.post("/keys/job-secret", tags=["keys"])
     def job_secret(body: SecretIn, request: Request) -> SecretOut:
-        # The caller's own user secret: another user's job gets a key its payloads were not
-        # signed with. (Owner checks come with owners on records.)
+        # From the secret of the job's owner: only the owner (or an admin) gets it. A job not
+        # recorded yet (a client signs its payloads before it creates the record) gets the
+        # caller's, which it will own.
         from shoal.jobs.keys import load_user_secret
         from shoal.serialization.keys import job_secret as derive
 
-        secret = load_user_secret(jobs.user_secret_path(_principal(request).user))
+        user = _principal(request).user
+        record = jobs.store.find_job(body.job)
+        if record is not None:
+            require_owner(request, record.owner, "get the key of", f"job {body.job!r}")
+            user = record.owner
+        secret = load_user_secret(jobs.user_secret_path(user))
         return SecretOut(secret=derive(secret, body.job, body.salt))
 
     return api

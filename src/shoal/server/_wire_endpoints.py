@@ -12,10 +12,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shoal.core.endpoints import EndpointInstance, EndpointRecord, EndpointStatus, InstanceStatus
+from shoal.core.endpoints import (
+    EndpointInstance,
+    EndpointRecord,
+    EndpointStatus,
+    InstanceStatus,
+    RuntimeState,
+    RuntimeView,
+)
 
-__all__ = ["EndpointIn", "EndpointOut", "InstanceIn", "InstanceOut", "SupervisorIn",
-           "TransitionIn"]
+__all__ = ["CheckIn", "EndpointIn", "EndpointOut", "GoneOut", "HandleOut", "InstanceIn",
+           "InstanceOut", "RuntimeIn", "RuntimeOut", "SupervisorIn", "TransitionIn"]
 
 
 class InstanceIn(BaseModel):
@@ -72,3 +79,35 @@ class TransitionIn(BaseModel):
 
 class SupervisorIn(BaseModel):
     handle: dict[str, Any]
+
+
+class CheckIn(BaseModel):
+    config: dict[str, Any]
+
+
+class RuntimeIn(BaseModel):
+    """What the client shipped beside the record: its code and requirements keys."""
+
+    code_key: str | None = None
+    requirements_key: str | None = None
+
+
+class HandleOut(BaseModel):
+    handle: dict[str, Any]
+
+
+class RuntimeOut(BaseModel):
+    """A ``RuntimeView``: one look at the endpoint's runtime on the server's host."""
+
+    state: RuntimeState
+    reason: str | None = None
+    addresses: list[tuple[str, int]] = []
+
+    @classmethod
+    def of(cls, view: RuntimeView) -> RuntimeOut:
+        return cls(state=view.state, reason=view.reason,
+                   addresses=[(h, p) for h, p in view.addresses])
+
+
+class GoneOut(BaseModel):
+    gone: bool

@@ -17,7 +17,7 @@ from shoal.core.ports import ArtifactStore, AuthStore, EndpointStore, JobStore, 
 from shoal.errors import ShoalError
 from shoal.server._artifacts import DEFAULT_MAX_UPLOAD_BYTES, artifact_routes
 from shoal.server._auth import Authorizer
-from shoal.server._endpoints import endpoint_routes
+from shoal.server._endpoints import endpoint_files_guard, endpoint_routes
 from shoal.server._jobs import job_routes
 from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
@@ -25,6 +25,7 @@ from shoal.server._wire import VersionOut, WhoAmIOut
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
+    from shoal.server._endpoint_runtime import ServerEndpoints
     from shoal.server._launches import ServerJobs
 
 __all__ = ["CONSOLE_PREFIX", "create_app", "shoal_version"]
@@ -49,12 +50,15 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                endpoints: EndpointStore | None = None, artifacts: ArtifactStore | None = None,
                upload_dir: Path | None = None,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-               server_jobs: ServerJobs | None = None, console: ASGIApp | None = None) -> FastAPI:
+               server_jobs: ServerJobs | None = None,
+               server_endpoints: ServerEndpoints | None = None,
+               console: ASGIApp | None = None) -> FastAPI:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
-    waits, live logs, job tokens). *console*: the web console (``shoal.console``), served at
+    waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
+    runtime's routes). *console*: the web console (``shoal.console``), served at
     ``/console`` (and ``/`` leads there)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
@@ -67,7 +71,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         return info
 
     authorized = APIRouter(dependencies=[Depends(Authorizer(
-        auth, None if server_jobs is None else server_jobs.tokens))])
+        auth, None if server_jobs is None else server_jobs.tokens,
+        None if server_jobs is None else server_jobs.grants))])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
@@ -80,14 +85,20 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if endpoints is not None:
         authorized.include_router(endpoint_routes(endpoints))
     if artifacts is not None:
+        guard = None if endpoints is None else endpoint_files_guard(endpoints)
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
-                                                  max_upload_bytes=max_upload_bytes))
+                                                  max_upload_bytes=max_upload_bytes,
+                                                  guard=guard))
     if server_jobs is not None:
         from shoal.server._jobwait import wait_routes
         from shoal.server._launches import launch_routes
 
         authorized.include_router(launch_routes(server_jobs))
         authorized.include_router(wait_routes(server_jobs))
+    if server_endpoints is not None:
+        from shoal.server._endpoint_runtime import runtime_routes
+
+        authorized.include_router(runtime_routes(server_endpoints))
     app.include_router(authorized, prefix=API_PREFIX)
     if console is not None:
         app.mount(CONSOLE_PREFIX, console)
