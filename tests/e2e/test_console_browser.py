@@ -140,7 +140,8 @@ def _non_blank_pixels(tab: Tab, selector: str) -> int:
 @contextmanager
 def _metrics_server() -> Iterator[int]:
     """A real HTTP server on loopback answering ``/metrics`` as a model server does (its
-    ``ServerMetrics`` after three requests, two waiting); yields its port."""
+    ``ServerMetrics`` after three requests, two waiting) and echoing ``POST /invocations``;
+    yields its port."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     pytest.importorskip("prometheus_client")
@@ -158,6 +159,16 @@ def _metrics_server() -> Iterator[int]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            sent = self.rfile.read(int(self.headers["Content-Length"]))
+            answer = b'{"echo": ' + sent + b', "type": "' + \
+                self.headers["Content-Type"].encode() + b'"}'
+            self.send_response(200 if self.path == "/invocations" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -210,6 +221,13 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
             0, "127.0.0.1", port, status=InstanceStatus.IN_SERVICE))
         tab.page.click("header nav >> text=Endpoints")
         cells = tab.page.locator("#endpoints tbody tr").first.locator("td").all_inner_texts()
+        tab.page.locator("#endpoints tbody tr a").first.click()
+        tab.page.fill("#invoke-form textarea", '{"x": "<b>bold</b>"}')
+        tab.page.click("#invoke")
+        tab.page.wait_for_selector("#answer")
+        assert tab.page.inner_text("#answer-status").startswith("HTTP 200")
+        assert tab.page.inner_text("#answer") == \
+            '{"echo": {"x": "<b>bold</b>"}, "type": "application/json"}'  # as text
     assert cells[0] == f"ep-{HOSTILE}" and cells[4] == "1 / 2"
     assert f"http://127.0.0.1:{port}" in cells[5]
     assert "3 requests · 20.0 ms · 2 queued" in cells[5]  # from the instance's /metrics

@@ -6,17 +6,23 @@ read in parallel with a short timeout so an instance that does not answer costs 
 from __future__ import annotations
 
 import math
+import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from shoal.console._forms import require_csrf
 from shoal.console._render import ago, page
-from shoal.console._session import utcnow
+from shoal.console._session import Principal, Sessions, utcnow
+from shoal.core.auth import Scope
 from shoal.core.endpoints import InstanceStatus
 from shoal.core.ports import EndpointStore
+from shoal.errors import ConfigError, ConflictError, InvalidArgumentError, PermissionDeniedError
 
 __all__ = ["endpoint_routes", "load_of"]
 
@@ -67,8 +73,73 @@ def _scrape_all(urls: Iterable[str]) -> dict[str, dict[str, str]]:
         return dict(zip(wanted, pool.map(_scrape, wanted), strict=True))
 
 
-def endpoint_routes(endpoints: EndpointStore | None) -> APIRouter:
+_INVOKE_TIMEOUT_S = 60.0
+_SHOWN_BYTES = 64 * 1024
+_CONTENT_TYPES = ("application/json", "text/csv", "text/plain")
+
+
+def _invoke(url: str, body: bytes, content_type: str) -> tuple[int, str, str]:
+    """POST *body* to an instance's ``/invocations``: (status, content type, text shown)."""
+    request = urllib.request.Request(f"{url}/invocations", data=body, method="POST",
+                                     headers={"Content-Type": content_type,
+                                              "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=_INVOKE_TIMEOUT_S) as r:  # noqa: S310 - the instance's own address
+            return r.status, r.headers.get("content-type", ""), _shown(r.read(_SHOWN_BYTES + 1))
+    except urllib.error.HTTPError as e:  # the model server's refusal, with its reason
+        return e.code, e.headers.get("content-type", ""), _shown(e.read(_SHOWN_BYTES + 1))
+
+
+def _shown(data: bytes) -> str:
+    text = data[:_SHOWN_BYTES].decode("utf-8", "replace")
+    return text + ("\n[… cut at 64 KiB]" if len(data) > _SHOWN_BYTES else "")
+
+
+def endpoint_routes(endpoints: EndpointStore | None, sessions: Sessions) -> APIRouter:
     api = APIRouter()
+
+    def detail(request: Request, name: str, **answer: Any) -> Response:
+        if endpoints is None:
+            raise ConfigError("this console was started without an endpoint store")
+        record = endpoints.get_endpoint(name)
+        return page(request, "endpoint.html", endpoint=record,
+                    content_types=_CONTENT_TYPES, ready=[
+                        i for i in record.instances if i.status == InstanceStatus.IN_SERVICE],
+                    answer=answer or None)
+
+    @api.get("/endpoints/{name:path}")
+    def endpoint_page(request: Request, name: str) -> Response:
+        return detail(request, name)
+
+    @api.post("/endpoints/{name:path}/invoke")
+    async def invoke(request: Request, name: str) -> Response:
+        form = await require_csrf(sessions, request)
+        principal: Principal = request.state.principal
+        if not principal.scope.allows(Scope.WRITE):
+            raise PermissionDeniedError(
+                f"user {principal.user!r} signed in with a {principal.scope.value} token; "
+                f"invoking endpoint {name!r} needs a write token", action="invoke",
+                user=principal.user)
+        if endpoints is None:
+            raise ConfigError("this console was started without an endpoint store")
+        record = endpoints.get_endpoint(name)
+        ready = [i for i in record.instances if i.status == InstanceStatus.IN_SERVICE]
+        if not ready:
+            raise ConflictError(f"endpoint {name!r} has no instance in service (it is "
+                                f"{record.status.value}); wait for it, or see "
+                                f"'shoal endpoints describe {name}'", endpoint=name)
+        content_type = form.get("content_type", "application/json")
+        if content_type not in _CONTENT_TYPES:
+            raise InvalidArgumentError(f"content type {content_type!r} is not one of "
+                                       f"{', '.join(_CONTENT_TYPES)}", endpoint=name)
+        body = form.get("body", "").encode()
+        try:
+            status, media, text = await run_in_threadpool(_invoke, ready[0].url, body,
+                                                          content_type)
+        except OSError as e:
+            status, media, text = 0, "", f"{ready[0].url}/invocations did not answer: {e}"
+        return detail(request, name, status=status, media=media, text=text,
+                      sent=form.get("body", ""), content_type=content_type)
 
     @api.get("/endpoints")
     def endpoints_page(request: Request) -> Response:
