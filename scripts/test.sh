@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole suite with the components it needs: a throwaway PostgreSQL server
-# (Debian's postgresql, installed if missing) and, from the tests, a moto S3 server.
+# (Debian's postgresql, installed if missing), headless Chromium for the console's browser
+# tests (Debian's chromium, installed if missing) and, from the tests, a moto S3 server.
 # It also builds shoal's wheel and installs it per extra into fresh venvs under one temporary
 # directory (tests/installs.py), where tests/e2e/test_install.py and test_readme.py run it
 # as a user would; the uv cache is the one the dev venv was built from.
@@ -13,6 +14,8 @@ cleanup() { bash scripts/postgres.sh stop "$PGROOT" || true; rm -rf "$PGROOT" "$
 trap cleanup EXIT
 DB_URL=$(bash scripts/postgres.sh start "$PGROOT")
 export SHOAL_TEST_POSTGRES_URL="$DB_URL" SHOAL_TEST_INSTALLS="$INSTALLS"
+SHOAL_TEST_CHROMIUM=$(bash scripts/chromium.sh)
+export SHOAL_TEST_CHROMIUM
 $BIN/ruff check src tests bench
 # --no-cache: a cache left by an earlier checkout can report a broken contract as kept.
 $BIN/lint-imports --no-cache

@@ -390,6 +390,34 @@ def test_list_jobs_same_second_is_ordered_by_name(ctx: Ctx) -> None:
     assert ctx.mine() == sorted(names, reverse=True)
 
 
+def test_list_jobs_pages_by_keyset_without_gaps_or_repeats(ctx: Ctx) -> None:
+    names = []
+    for i in range(7):
+        if i % 3 == 0:  # pairs created in the same instant: the name breaks the tie
+            ctx.clock.advance()
+        names.append(ctx.create(f"page-{i}"))
+    newest_first = ctx.mine()
+    assert sorted(newest_first) == sorted(names)
+    pages: list[list[str]] = []
+    before = None
+    while True:
+        page = ctx.store.list_jobs(JobQuery(name_prefix=f"{ctx.prefix}-", before=before,
+                                            limit=3))
+        if not page:
+            break
+        pages.append([r.name for r in page])
+        before = (page[-1].created_at, page[-1].name)
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [n for p in pages for n in p] == newest_first
+
+
+def test_list_jobs_by_owner(ctx: Ctx) -> None:
+    name = ctx.create("owned")
+    owner = ctx.store.get_job(name).owner
+    assert ctx.mine(owner=owner) == [name]
+    assert ctx.mine(owner=f"{owner}-someone-else") == []
+
+
 def test_iter_unfinished(ctx: Ctx) -> None:
     live = {status: ctx.create(f"live-{status}") for status in (S.PENDING, S.STARTING,
                                                                  S.RUNNING, S.STOPPING)}

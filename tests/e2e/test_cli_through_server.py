@@ -71,7 +71,8 @@ class _Shell:
 
 _REFUSED_ARGS = {"demo": ["demo"], "db upgrade": ["db", "upgrade"],
                  "envs list": ["envs", "list"], "envs prune": ["envs", "prune"],
-                 "server": ["server", "--port", "1"], "server init": ["server", "init"]}
+                 "server": ["server", "--port", "1"], "server init": ["server", "init"],
+                 "ui": ["ui", "--port", "1"]}
 
 
 def test_commands_that_make_no_sense_remotely_say_why_and_what_to_run(tmp_path):

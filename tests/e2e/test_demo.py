@@ -230,3 +230,5 @@ def _check_server_section(out: str) -> None:
     assert "jobs describe: owner alice" in section  # the token's user
     assert "on the server (True)" in section and "holds nothing (True)" in section
     assert "a wrong token: error: the API token is not known to this server" in section
+    assert re.search(r"its web console: http://127\.0\.0\.1:\d+/console/", section), section
+    assert "/console/login" in section  # where it sent a visitor who had not signed in

@@ -30,6 +30,7 @@ from shoal.cli import (
     _login,
     _ray,
     _server,
+    _ui,
     _workers,
 )
 from shoal.cli._options import root_app
@@ -59,6 +60,7 @@ app.command("gc")(_jobs_admin.gc)
 app.command("login")(_login.login)
 app.command("logout")(_login.logout)
 app.command("whoami")(_login.whoami)
+app.command("ui")(_ui.ui)
 
 
 @app.command()

@@ -121,6 +121,9 @@ def run_demo() -> None:
     out().print()
     out().print(Text(f"done in {time.monotonic() - started:.1f}s. All jobs: "
                      f"shoal {state.home_option()}jobs list", style="bold green"))
+    out().print(Text(f"In the browser: shoal {state.home_option()}ui, then open "
+                     "http://127.0.0.1:8766/ (jobs, logs, experiments, charts)",
+                     style="bold green"))
 
 
 def _divide(session: Session) -> tuple[Callable[..., Any], str]:

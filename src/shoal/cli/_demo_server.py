@@ -106,6 +106,7 @@ def run_server_demo(number: int) -> None:
                   f"{time.monotonic() - started:.1f}s (stores: its own home)")
             _client_steps(_env(SHOAL_SERVER_URL=url, SHOAL_TOKEN=token,
                                SHOAL_HOME=str(client_home)), cwd, server_home, client_home)
+            _console_note(url)
         finally:
             proc.terminate()
             try:
@@ -139,3 +140,16 @@ def _client_steps(client: dict[str, str], cwd: Path, server_home: Path,
     refused = _shoal({**client, "SHOAL_TOKEN": "shoal_not-a-real-token"}, cwd, "jobs", "list",
                      ok=False).strip().splitlines()
     _note(f"a wrong token: {refused[-1][:110] if refused else '(no message)'}", "yellow")
+
+
+def _console_note(url: str) -> None:
+    """Where the server's web console is, once it has sent a visitor to its login page."""
+    import httpx
+
+    answer = httpx.get(f"{url}/console/jobs", timeout=10)
+    where = answer.headers.get("location", "")
+    if answer.status_code != 303 or "/console/login" not in where:
+        raise ShoalError(f"the server's console at {url}/console/ did not ask for a login: "
+                         f"HTTP {answer.status_code} {where}")
+    _note(f"its web console: {url}/console/ (sign in with a token; a visitor is sent to "
+          f"{where.split('?')[0]})")

@@ -30,6 +30,8 @@ ON_THIS_MACHINE = frozenset({
 _OWN = ("Run it on the server's host, where SHOAL_SERVER_URL is not set (and no 'shoal login' "
         "is current: 'shoal logout'), or unset it here to work on this machine's own stores")
 REFUSED: dict[str, str] = {
+    "ui": "'shoal ui' serves this machine's own stores; the team server serves its own web "
+          "console: open <server URL>/console and log in with your token",
     "demo": "'shoal demo' runs its examples on this machine's own stores and backend. Unset "
             "SHOAL_SERVER_URL ('shoal logout' for a login) to run it here",
     "db upgrade": "the team server's database is upgraded on the server's host, by whoever "

@@ -126,6 +126,10 @@ class HttpJobStore:
                             ("ended_before", query.ended_before)):
             if moment is not None:
                 params.append((key, moment.isoformat()))
+        if query.owner is not None:
+            params.append(("owner", query.owner))
+        if query.before is not None:
+            params += [("before", query.before[0].isoformat()), ("before_name", query.before[1])]
         params.append(("limit", str(int(query.limit))))
         return [job_record(r) for r in self._http.call("GET", "/jobs", params=params)]
 

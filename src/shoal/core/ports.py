@@ -66,6 +66,11 @@ class JobQuery:
     ended_before: datetime | None = None
     #: Only these jobs (e.g. the jobs of one batch); empty means no such filter.
     names: Sequence[str] = ()
+    #: Only the jobs of this user (``JobRecord.owner``).
+    owner: str | None = None
+    #: Keyset paging: only jobs after this ``(created_at, name)`` in the newest-first order
+    #: (the last job of the previous page), so every page is an index range, never an offset.
+    before: tuple[datetime, str] | None = None
     limit: int = 100
 
 

@@ -57,10 +57,17 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
                   name_prefix: str | None = None, name_contains: str | None = None,
                   created_after: datetime | None = None, ended_before: datetime | None = None,
                   name: Annotated[list[str] | None, Query()] = None,
+                  owner: str | None = None, before: datetime | None = None,
+                  before_name: str | None = None,
                   limit: Annotated[int, Query(ge=0)] = 100) -> list[JobOut]:
+        if (before is None) != (before_name is None):
+            raise InvalidArgumentError("GET /jobs pages with both before= (the last job's "
+                                       "created_at) and before_name= (its name), or neither")
         query = JobQuery(statuses=tuple(status or ()), name_prefix=name_prefix,
                          name_contains=name_contains, created_after=created_after,
-                         ended_before=ended_before, names=tuple(name or ()), limit=limit)
+                         ended_before=ended_before, names=tuple(name or ()), owner=owner,
+                         before=None if before is None or before_name is None
+                         else (before, before_name), limit=limit)
         return [JobOut.of(r) for r in store.list_jobs(query)]
 
     @api.get("/unfinished-jobs")

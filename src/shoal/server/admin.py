@@ -172,7 +172,7 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
                          backend=session.settings.backend)
     from shoal._internal.extras import require
 
-    require("server", "the team server (shoal server)", "fastapi", "uvicorn")
+    require("server", "the team server (shoal server)", "fastapi", "uvicorn", "jinja2")
     import uvicorn
 
     from shoal.server._endpoint_runtime import ServerEndpoints
@@ -189,12 +189,16 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
                        "proxy in front for a network you do not trust", host)
     signals = Signals()
     server_jobs = ServerJobs(session, own, signals)
-    app = create_app(store, store if auth else None, jobs=NotifyingJobStore(store, signals),
+    jobs = NotifyingJobStore(store, signals)
+    from shoal.console import server_console
+
+    app = create_app(store, store if auth else None, jobs=jobs,
                      endpoints=store, artifacts=_at_once(session.artifacts),
                      upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes,
                      server_jobs=server_jobs,
-                     server_endpoints=ServerEndpoints(session, store), users=store)
+                     server_endpoints=ServerEndpoints(session, store), users=store,
+                     console=server_console(session, jobs, store if auth else None))
     # One process, no websockets (no route needs them: their protocol module is then never
     # imported). One process also keeps TCP_NODELAY on accepted sockets: asyncio and uvloop
     # set it on the sockets of the server they create, while the sockets of uvicorn's

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from shoal.core.api import API_PREFIX, API_VERSION
 from shoal.core.auth import ApiToken
@@ -23,10 +23,15 @@ from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from shoal.server._endpoint_runtime import ServerEndpoints
     from shoal.server._launches import ServerJobs
 
-__all__ = ["create_app", "shoal_version"]
+__all__ = ["CONSOLE_PREFIX", "create_app", "shoal_version"]
+
+#: Where the web console is mounted.
+CONSOLE_PREFIX = "/console"
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +52,15 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
                server_jobs: ServerJobs | None = None,
                server_endpoints: ServerEndpoints | None = None,
-               users: AuthStore | None = None) -> FastAPI:
+               users: AuthStore | None = None,
+               console: ASGIApp | None = None) -> FastAPI:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
     waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
-    runtime's routes); *users*: the admin routes over users and tokens."""
+    runtime's routes); *users*: the admin routes over users and tokens; *console*: the web
+    console (``shoal.console``), served at ``/console`` (and ``/`` leads there)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -100,6 +107,12 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
 
         authorized.include_router(runtime_routes(server_endpoints))
     app.include_router(authorized, prefix=API_PREFIX)
+    if console is not None:
+        app.mount(CONSOLE_PREFIX, console)
+
+        @app.get("/", include_in_schema=False)
+        def home() -> RedirectResponse:
+            return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=303)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     return app

@@ -288,6 +288,14 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         if query.ended_before is not None:
             where.append("ended_at < ?")
             params.append(_ts(query.ended_before))
+        if query.owner is not None:
+            where.append("owner = ?")
+            params.append(query.owner)
+        if query.before is not None:
+            # The first term lets the created_at index bound the scan.
+            at = _ts(query.before[0])
+            where.append("created_at <= ? AND (created_at < ? OR name < ?)")
+            params += [at, at, query.before[1]]
         sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY created_at DESC, name DESC LIMIT ?"
         params.append(int(query.limit))
