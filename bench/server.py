@@ -5,6 +5,7 @@ same run, in interleaved rounds (noise on these shared machines hits both sides 
     .venv/bin/python bench/server.py startup   [--rounds 5] [--settle 3]
     .venv/bin/python bench/server.py metrics   [--points 10000] [--rounds 5] [--single 200]
     .venv/bin/python bench/server.py jobs      [--jobs 100000] [--requests 50] [--seconds 5]
+                                               [--clients 2] [--windows 3]
     .venv/bin/python bench/server.py framework [--requests 2000] [--rounds 5]
     .venv/bin/python bench/server.py remote    [--calls 50] [--map 2000] [--rounds 3]
 
@@ -234,6 +235,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=50)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--clients", type=int, default=2, help="client processes for status reads")
+    p.add_argument("--windows", type=int, default=3, help="status-read windows per side")
     p.set_defaults(fn=cmd_jobs)
     p = sub.add_parser("framework", help="the same routes on FastAPI and on Starlette")
     p.add_argument("--requests", type=int, default=2000)

@@ -23,6 +23,8 @@ from shoal.server._runs import run_routes
 from shoal.server._wire import VersionOut, WhoAmIOut
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from shoal.server._launches import ServerJobs
 
 __all__ = ["create_app", "shoal_version"]
@@ -44,12 +46,13 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                endpoints: EndpointStore | None = None, artifacts: ArtifactStore | None = None,
                upload_dir: Path | None = None,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-               server_jobs: ServerJobs | None = None) -> FastAPI:
+               server_jobs: ServerJobs | None = None) -> ASGIApp:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
-    waits, live logs, job tokens)."""
+    waits, live logs, job tokens). With *jobs*, job-status reads are answered in front of
+    FastAPI (``server/_fastreads.py``); the FastAPI app is then the returned app's ``app``."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -60,8 +63,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     def get_version() -> VersionOut:
         return info
 
-    authorized = APIRouter(dependencies=[Depends(Authorizer(
-        auth, None if server_jobs is None else server_jobs.tokens))])
+    authorizer = Authorizer(auth, None if server_jobs is None else server_jobs.tokens)
+    authorized = APIRouter(dependencies=[Depends(authorizer)])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
@@ -85,7 +88,11 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     app.include_router(authorized, prefix=API_PREFIX)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    return app
+    if jobs is None:
+        return app
+    from shoal.server._fastreads import FastJobReads
+
+    return FastJobReads(app, jobs, authorizer, _error_json)
 
 
 def _body(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +108,11 @@ def _detail(value: Any) -> Any:
     if isinstance(value, (list, tuple)) and all(isinstance(v, scalar) for v in value):
         return list(value)
     return str(value)
+
+
+def _error_json(exc: ShoalError) -> bytes:
+    """The body ``_shoal_error`` answers with, as bytes."""
+    return bytes(JSONResponse(_body(exc.code, exc.message, exc.details)).body)
 
 
 async def _shoal_error(request: Request, exc: Exception) -> JSONResponse:
