@@ -33,8 +33,9 @@ def server(
     from shoal.server.admin import check_bind, serve
 
     check_bind(host, auth=not no_auth)
-    err().print(f"shoal server: http://{host}:{port}/api/v1 "
-                f"(auth: {'none' if no_auth else 'tokens'}); Ctrl-C stops it")
+    # A plain line, not rich's console: rich is not imported to start a server.
+    typer.echo(f"shoal server: http://{host}:{port}/api/v1 "
+               f"(auth: {'none' if no_auth else 'tokens'}); Ctrl-C stops it", err=True)
     serve(state.session(), host=host, port=port, auth=not no_auth)
 
 
