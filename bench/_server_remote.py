@@ -24,7 +24,7 @@ from _servers import shoal_token, start_shoal
 
 # The function lives in a module that imports nothing (as warm.py's second one): each job
 # imports its module again, and this module's own imports (subprocess, urllib.request, ...
-# through _servers) cost ~8 ms a call (docs/performance.md, "Team server").
+# through _servers) cost ~12 ms a call (docs/performance.md, "Team server").
 from _warm_module import trivial
 
 __all__ = ["run_remote_bench"]
