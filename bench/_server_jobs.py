@@ -21,24 +21,65 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _common import scratch
-from _servers import pct, shoal_token, start_shoal
+from _servers import Server, free_port, pct, shoal_token, start_shoal, wait_answer
 
 __all__ = ["run_jobs_bench"]
 
-_READER = """
-import random, sys, time, httpx
-url, token, names, start, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
-client.get(f"/api/v1/jobs/bench-{0:06d}").raise_for_status()
+#: A status reader: one keep-alive connection, one request in flight, every answer checked.
+#: ``httpx``: shoal's own client library. ``raw``: a minimal HTTP/1.1 client on a socket, so
+#: that the readers, which share the two cores with the server, take less of them.
+_READER = r"""
+import json, random, re, socket, sys, time
+kind, url, token, names, start, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+if kind == "httpx":
+    import httpx
+    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+    def get(path):
+        r = client.get(path)
+        return r.status_code, r.content
+else:
+    host, port = url.rsplit("/", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    length_re = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+    def get(path):
+        global buf
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            buf += sock.recv(65536)
+        head, rest = buf[:end], buf[end + 4:]
+        length = int(length_re.search(head).group(1))
+        while len(rest) < length:
+            rest += sock.recv(65536)
+        buf = rest[length:]
+        return int(head.split(b" ", 2)[1]), rest[:length]
+status, body = get("/api/v1/jobs/bench-000000")
+assert status == 200, body
 while time.time() < start:
     time.sleep(0.001)
 count, end = 0, start + seconds
 while time.time() < end:
-    r = client.get(f"/api/v1/jobs/bench-{random.randrange(names):06d}")
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "pending"
+    status, body = get(f"/api/v1/jobs/bench-{random.randrange(names):06d}")
+    assert status == 200, body
+    assert json.loads(body)["status"] == "pending"
     count += 1
 print(count)
+"""
+
+#: The floor: a bare uvicorn app, configured as ``shoal server``'s (one process, httptools,
+#: no websockets, no access log), answering every request with the same JSON bytes.
+_FLOOR = """
+import sys, uvicorn
+body = open(sys.argv[2], "rb").read()
+headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            access_log=False, lifespan="off", ws="none", interface="asgi3")
 """
 
 
@@ -94,10 +135,10 @@ def _lists(home: Path, url: str, token: str, requests: int) -> dict[str, list[fl
     return times
 
 
-def _reads(url: str, token: str, n: int, clients: int, seconds: float) -> float:
+def _reads(kind: str, url: str, token: str, n: int, clients: int, seconds: float) -> float:
     start = time.time() + 3.0  # every reader connected and warmed before the clock starts
-    procs = [subprocess.Popen([sys.executable, "-c", _READER, url, token, str(n), str(start),
-                               str(seconds)], stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", _READER, kind, url, token, str(n),
+                               str(start), str(seconds)], stdout=subprocess.PIPE, text=True)
              for _ in range(clients)]
     counts = []
     for proc in procs:
@@ -108,6 +149,28 @@ def _reads(url: str, token: str, n: int, clients: int, seconds: float) -> float:
     return sum(counts) / seconds
 
 
+def _start_floor(tmp: Path, url: str, token: str) -> Server:
+    """The bare uvicorn app, answering with the bytes shoal answers for one job."""
+    import httpx
+
+    body = httpx.get(f"{url}/api/v1/jobs/bench-000000",
+                     headers={"Authorization": f"Bearer {token}"}).content
+    (tmp / "job.json").write_bytes(body)
+    port = free_port()
+    log = tmp / "floor.log"
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", _FLOOR, str(port), str(tmp / "job.json")],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    floor_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_answer(proc, floor_url + "/api/v1/version", log, t0)
+    except BaseException:
+        Server("floor", proc, floor_url, 0.0, log).stop()
+        raise
+    return Server("floor", proc, floor_url, 0.0, log)
+
+
 def run_jobs_bench(args: argparse.Namespace, header: Callable[[str], None]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="server-jobs-", dir=scratch()))
     try:
@@ -115,11 +178,20 @@ def run_jobs_bench(args: argparse.Namespace, header: Callable[[str], None]) -> N
         token = shoal_token(home)
         _fill(home, args.jobs)
         server = start_shoal(home)
+        floor = None
+        rates: dict[tuple[str, str], list[float]] = {}
         try:
             times = _lists(home, server.url, token, args.requests)
-            rates = [_reads(server.url, token, args.jobs, args.clients, args.seconds)
-                     for _ in range(3)]
+            floor = _start_floor(tmp, server.url, token)
+            for r in range(args.windows):  # interleaved: shoal, floor / floor, shoal
+                for kind in ("raw", "httpx"):
+                    sides = [("shoal", server), ("floor", floor)]
+                    for side, srv in sides if r % 2 == 0 else sides[::-1]:
+                        rates.setdefault((side, kind), []).append(_reads(
+                            kind, srv.url, token, args.jobs, args.clients, args.seconds))
         finally:
+            if floor is not None:
+                floor.stop()
             server.stop()
         header(f"{args.jobs:,} jobs in the server's SQLite database")
         size = times.pop("bytes")[0]
@@ -132,10 +204,18 @@ def run_jobs_bench(args: argparse.Namespace, header: Callable[[str], None]) -> N
         ratio = statistics.median(times["raw"]) / statistics.median(times["store"])
         print(f"response {size / 1024:.0f} KiB; raw HTTP / store in process: {ratio:.1f}x   "
               f"target: server time <= 50 ms")
-        print(f"job-status reads (GET /api/v1/jobs/NAME, {args.clients} client processes on "
-              f"the same cores, {args.seconds:g} s x 3): median {statistics.median(rates):,.0f}/s"
-              f"  (all: {', '.join(f'{r:,.0f}' for r in rates)})   target >= 1,000/s")
+        print(f"job-status reads, GET /api/v1/jobs/NAME, {args.clients} client processes on "
+              f"the same cores, {args.windows} windows of {args.seconds:g} s, interleaved:")
+        for kind, what in (("raw", "a minimal socket client"), ("httpx", "httpx clients")):
+            shoal_rate = statistics.median(rates["shoal", kind])
+            floor_rate = statistics.median(rates["floor", kind])
+            print(f"  {what:24}: shoal server {shoal_rate:7,.0f}/s  (all: "
+                  f"{', '.join(f'{v:,.0f}' for v in rates['shoal', kind])}) | floor, a bare "
+                  f"uvicorn app with the same JSON {floor_rate:7,.0f}/s | shoal/floor "
+                  f"{shoal_rate / floor_rate:.2f}   target >= 1,000/s")
         print(json.dumps({"list_raw_p50_ms": statistics.median(times["raw"]) * 1e3,
-                          "reads_per_s": statistics.median(rates)}))
+                          "reads_per_s": statistics.median(rates["shoal", "raw"]),
+                          "reads_per_s_httpx": statistics.median(rates["shoal", "httpx"]),
+                          "floor_per_s": statistics.median(rates["floor", "raw"])}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -5,6 +5,7 @@ Both sides run in this process, in interleaved rounds (embedded first in even ro
 server first in odd ones), each on its own warm workers: the embedded side on a home of its
 own (local processes, SQLite), the server side through ``shoal server`` (tokens on) whose
 backend runs the warm workers on this host. The server's access log is off, as a team runs it.
+The function called is ``_warm_module.trivial``: a user's module, pickled by reference.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Any
 from _common import scratch, stop_background
 from _servers import shoal_token, start_shoal
 
+# The function lives in a module that imports nothing (as warm.py's second one): each job
+# imports its module again, and this module's own imports (subprocess, urllib.request, ...
+# through _servers) cost ~12 ms a call (docs/performance.md, "Team server").
+from _warm_module import trivial
+
 __all__ = ["run_remote_bench"]
-
-
-def trivial(x):
-    return x
 
 
 class _Side:

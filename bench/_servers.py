@@ -26,7 +26,7 @@ from _common import scratch
 
 __all__ = ["MLFLOW_SPEC", "Server", "free_port", "median_ms", "mlflow_log", "mlflow_python",
            "mlflow_version", "pct", "shoal_env", "shoal_token", "start_mlflow", "start_shoal",
-           "tree_memory"]
+           "tree_memory", "wait_answer"]
 
 MLFLOW_SPEC = "mlflow==3.*"
 
@@ -69,7 +69,7 @@ class Server:
                 self.proc.wait(timeout=10)
 
 
-def _wait_answer(proc: subprocess.Popen[bytes], url: str, log: Path, t0: float,
+def wait_answer(proc: subprocess.Popen[bytes], url: str, log: Path, t0: float,
                  timeout: float = 180.0) -> float:
     """Seconds from *t0* until GET *url* answers 200 (polled every 5 ms)."""
     deadline = t0 + timeout
@@ -95,7 +95,7 @@ def _spawn(name: str, argv: list[str], *, env: dict[str, str], cwd: Path, log: P
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        seconds = _wait_answer(proc, url + probe, log, t0)
+        seconds = wait_answer(proc, url + probe, log, t0)
     except BaseException:
         Server(name, proc, url, 0.0, log).stop()
         raise

@@ -2,9 +2,10 @@
 server, ``jobs list`` and status reads, FastAPI vs Starlette, each against its anchor in the
 same run, in interleaved rounds (noise on these shared machines hits both sides alike).
 
-    .venv/bin/python bench/server.py startup   [--rounds 5] [--settle 3]
+    .venv/bin/python bench/server.py startup   [--rounds 5] [--settle 3] [--without-mlflow]
     .venv/bin/python bench/server.py metrics   [--points 10000] [--rounds 5] [--single 200]
     .venv/bin/python bench/server.py jobs      [--jobs 100000] [--requests 50] [--seconds 5]
+                                               [--clients 2] [--windows 3]
     .venv/bin/python bench/server.py framework [--requests 2000] [--rounds 5]
     .venv/bin/python bench/server.py remote    [--calls 50] [--map 2000] [--rounds 3]
 
@@ -27,6 +28,7 @@ from pathlib import Path
 from _common import cpu_model, scratch
 from _servers import (
     Server,
+    free_port,
     mlflow_log,
     mlflow_python,
     mlflow_version,
@@ -34,6 +36,7 @@ from _servers import (
     start_mlflow,
     start_shoal,
     tree_memory,
+    wait_answer,
 )
 
 MiB = 1024 * 1024
@@ -54,6 +57,8 @@ def _at_rest(server: Server, settle: float) -> tuple[int, int, int]:
 
 #: Floors timed in the same rounds: a bare interpreter, and one that imports the libraries
 #: any server of this shape loads (the web framework, the ASGI server, the SQL toolkit).
+#: And a bare uvicorn app, started with ``shoal server``'s uvicorn settings, until it answers.
+BARE = "bare uvicorn app until it answers"
 FLOORS = {"python -c pass": "pass",
           "python -c 'import fastapi, uvicorn, sqlalchemy'": "import fastapi, uvicorn, sqlalchemy"}
 
@@ -64,37 +69,67 @@ def _floor(code: str) -> float:
     return time.perf_counter() - t
 
 
+def _bare_uvicorn(tmp: Path) -> float:
+    """Seconds until a bare uvicorn app (``shoal server``'s uvicorn settings) answers."""
+    from _server_jobs import _FLOOR
+
+    body = tmp / "bare.json"
+    body.write_bytes(b'{"api_version": "v1"}')
+    port = free_port()
+    log = tmp / "bare.log"
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", _FLOOR, str(port), str(body)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = Server("bare uvicorn", proc, f"http://127.0.0.1:{port}", 0.0, log)
+    try:
+        return wait_answer(proc, f"{server.url}/api/v1/version", log, t0)
+    finally:
+        server.stop()
+
+
 def cmd_startup(args: argparse.Namespace) -> None:
-    python = mlflow_python()
-    version = mlflow_version(python)
+    anchor = not args.without_mlflow
+    python = mlflow_python() if anchor else None
+    version = mlflow_version(python) if python is not None else "(not run: --without-mlflow)"
+    sides = ("shoal", "mlflow") if anchor else ("shoal",)
     tmp = Path(tempfile.mkdtemp(prefix="server-startup-", dir=scratch()))
+
+    def start(name: str) -> Server:
+        if name == "shoal":
+            return start_shoal(shoal_home)
+        assert python is not None
+        return start_mlflow(python, mlflow_dir)
+
     try:
         shoal_home, mlflow_dir = tmp / "shoal", tmp / "mlflow"
         shoal_token(shoal_home)  # the database and the first admin exist: a restart
         first = {}
-        for name, start in (("shoal", lambda: start_shoal(shoal_home)),
-                            ("mlflow", lambda: start_mlflow(python, mlflow_dir))):
-            server = start()  # the first start on an empty database (MLflow's migrations)
+        for name in sides:
+            server = start(name)  # the first start on an empty database (MLflow's migrations)
             first[name] = server.startup_s
             server.stop()
-        samples: dict[str, list[float]] = {"shoal": [], "mlflow": [], **{f: [] for f in FLOORS}}
-        memory: dict[str, list[tuple[int, int, int]]] = {"shoal": [], "mlflow": []}
+        samples: dict[str, list[float]] = {**{n: [] for n in sides}, BARE: [],
+                                           **{f: [] for f in FLOORS}}
+        memory: dict[str, list[tuple[int, int, int]]] = {n: [] for n in sides}
         for r in range(args.rounds):
-            order = ("shoal", "mlflow") if r % 2 == 0 else ("mlflow", "shoal")
-            for name in order:
-                server = (start_shoal(shoal_home) if name == "shoal"
-                          else start_mlflow(python, mlflow_dir))
+            for name in sides if r % 2 == 0 else sides[::-1]:
+                server = start(name)
                 try:
                     samples[name].append(server.startup_s)
                     memory[name].append(_at_rest(server, args.settle))
                 finally:
                     server.stop()
+            samples[BARE].append(_bare_uvicorn(tmp))
             for label, code in FLOORS.items():
                 samples[label].append(_floor(code))
         _header(f"MLflow {version}")
-        print(f"first start: shoal (after 'server init') {first['shoal']:.2f} s, mlflow "
-              f"(empty database: its migrations) {first['mlflow']:.2f} s")
+        print(f"first start: shoal (after 'server init') {first['shoal']:.2f} s"
+              + (f", mlflow (empty database: its migrations) {first['mlflow']:.2f} s"
+                 if anchor else ""))
         for name, probe in (("shoal", "GET /api/v1/version"), ("mlflow", "GET /health")):
+            if name not in sides:
+                continue
             s = samples[name]
             rss = statistics.median(m[0] for m in memory[name]) / MiB
             pss = statistics.median(m[1] for m in memory[name]) / MiB
@@ -102,11 +137,16 @@ def cmd_startup(args: argparse.Namespace) -> None:
             print(f"{name:6} start-up until {probe:20} answers: p50 {statistics.median(s):6.2f} s"
                   f"  min {min(s):6.2f} s  max {max(s):6.2f} s   at rest: RSS {rss:7.0f} MiB, "
                   f"PSS {pss:7.0f} MiB in {procs:.0f} processes")
-        for label in FLOORS:
+        for label in (BARE, *FLOORS):
             print(f"floor  {label:55}: p50 {statistics.median(samples[label]):6.2f} s")
-        ratio = statistics.median(samples["mlflow"]) / statistics.median(samples["shoal"])
-        print(f"ratio mlflow/shoal start-up p50: {ratio:.1f}x   targets: shoal <= 1 s, "
-              f"<= 300 MB resident  (rounds={args.rounds}, settle={args.settle:g} s)")
+        shoal_p50 = statistics.median(samples["shoal"])
+        print(f"shoal / bare uvicorn app start-up p50: "
+              f"{shoal_p50 / statistics.median(samples[BARE]):.1f}x")
+        if anchor:
+            print(f"ratio mlflow/shoal start-up p50: "
+                  f"{statistics.median(samples['mlflow']) / shoal_p50:.1f}x")
+        print(f"targets: shoal <= 1 s, <= 300 MB resident  (rounds={args.rounds}, "
+              f"settle={args.settle:g} s)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -223,6 +263,8 @@ def main() -> None:
     p = sub.add_parser("startup", help="start-up until it answers, memory at rest")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--settle", type=float, default=3.0, help="seconds after answering")
+    p.add_argument("--without-mlflow", action="store_true",
+                   help="skip the MLflow anchor (quick reruns; the floors stay)")
     p.set_defaults(fn=cmd_startup)
     p = sub.add_parser("metrics", help="10,000 metric points through the server")
     p.add_argument("--points", type=int, default=10_000)
@@ -234,6 +276,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=50)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--clients", type=int, default=2, help="client processes for status reads")
+    p.add_argument("--windows", type=int, default=3, help="status-read windows per side")
     p.set_defaults(fn=cmd_jobs)
     p = sub.add_parser("framework", help="the same routes on FastAPI and on Starlette")
     p.add_argument("--requests", type=int, default=2000)

@@ -7,7 +7,9 @@ do not compete for the two cores. shoal's figures include the durable job record
 signed payloads in the artifact store and the job's log, for every call. ``map`` hands calls
 that wait to a warm worker together (each still its own job); ``--unbatched`` also measures it
 one call per hand-over (``chunksize=1``). The CPU per job of ``map`` (this process, and the
-workers' supervisors and executors) comes from ``/proc``.
+workers' supervisors and executors) comes from ``/proc``. The round trip is also timed for a
+function imported from a module (``_warm_module``, as a user's code usually is), call by call
+interleaved with the ``__main__`` one.
 """
 
 from __future__ import annotations
@@ -91,7 +93,12 @@ def _timed_map(e, session, n: int, chunksize: int | None) -> tuple[float, float,
 
 
 def shoal_side(calls: int, n: int, unbatched: bool = False
-               ) -> tuple[float, float, tuple[float, float, float], tuple[float, ...]]:
+               ) -> tuple[float, float, tuple[float, float, float], tuple[float, ...], float]:
+    """p50 of a warm round trip (a function of ``__main__``), map's rate and CPU (batched,
+    unbatched), and p50 of the same round trip of a function imported from a module,
+    interleaved call by call with the first."""
+    from _warm_module import trivial as module_trivial
+
     import shoal
     from shoal import RemoteExecutor
 
@@ -101,17 +108,19 @@ def shoal_side(calls: int, n: int, unbatched: bool = False
         with RemoteExecutor(max_parallel_jobs=1, keep_alive_period_in_seconds=120,
                             sagemaker_session=session) as e:
             list(e.map(trivial, range(5)))  # start a warm worker
-            times = []
+            times, from_module = [], []
             for i in range(calls):
-                t = time.perf_counter()
-                e.submit(trivial, i).result()
-                times.append(time.perf_counter() - t)
+                for fn, out in ((trivial, times), (module_trivial, from_module)):
+                    t = time.perf_counter()
+                    assert e.submit(fn, i).result() == i
+                    out.append(time.perf_counter() - t)
         with RemoteExecutor(max_parallel_jobs=2, keep_alive_period_in_seconds=120,
                             sagemaker_session=session) as e:
             list(e.map(trivial, range(10)))
             batched = _timed_map(e, session, n, None)
             single = _timed_map(e, session, n, 1) if unbatched else ()
-        return statistics.median(times), batched[0], batched, single
+        return (statistics.median(times), batched[0], batched, single,
+                statistics.median(from_module))
     finally:
         stop_background(session)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -125,10 +134,12 @@ def main() -> None:
                         help="also time map with chunksize=1 (one call per hand-over)")
     args = parser.parse_args()
     r50, rrate = ray_side(args.calls, args.map)
-    s50, srate, batched, single = shoal_side(args.calls, args.map, args.unbatched)
+    s50, srate, batched, single, m50 = shoal_side(args.calls, args.map, args.unbatched)
     print(f"CPU: {cpu_model()}")
     print(f"warm round trip p50: ray.get(f.remote(x)) {r50 * 1e3:6.2f} ms | shoal warm worker "
           f"{s50 * 1e3:6.2f} ms | ratio {s50 / r50:.1f}x (target <= 2x)")
+    print(f"  the same call of a function imported from a module: {m50 * 1e3:6.2f} ms | "
+          f"{m50 / s50:.2f}x the __main__ function's (interleaved)")
     print(f"map over {args.map} trivial calls: Ray {rrate:7.0f} tasks/s | shoal "
           f"{srate:7.0f} jobs/s | shoal/Ray {srate / rrate:.2f} (target >= 0.5)")
     print(f"  CPU per job: this process {batched[1]:.2f} ms, warm workers {batched[2]:.2f} ms")

@@ -200,3 +200,13 @@ def test_a_batch_name_drawn_again_gets_its_own_key(session):
     assert sorted(results.values()) == ["1:pw-batch-9876", "2:pw-batch-9876"]
     for name in batch.names:
         assert get_future(name, session).result() in results.values()
+
+
+def test_user_keys_give_a_batch_the_secrets_they_give_one_by_one(tmp_path):
+    from shoal.jobs.keys import UserKeys
+
+    keys = UserKeys(tmp_path / "user.secret")
+    pairs = [("job-a", "00" * 16), ("job-b", "00" * 16), ("job-a", "11" * 16)]
+    batch = keys.secrets(pairs)
+    assert batch == [keys.secret(job, salt) for job, salt in pairs]
+    assert len(set(batch)) == 3 and all(len(s) == 64 for s in batch)

@@ -178,8 +178,14 @@ def test_only_a_jobs_owner_or_an_admin_launches_stops_or_gets_the_key_of_it(
             assert f"user 'ann-{tag}' may not {action} job '{name}'" in text, text
             assert f"belongs to 'bob-{tag}'" in text, text
             assert info.value.details["owner"] == f"bob-{tag}"
+        # ... and a batch's keys in one request follow the same rule
+        with pytest.raises(PermissionDeniedError) as info:
+            HttpJobKeys(ann).secrets([(f"anns-{tag}", "00" * 16), (name, "00" * 16)])
+        assert f"user 'ann-{tag}' may not get the key of job '{name}'" in str(info.value)
         record = bobs.get_job(name)
         assert (record.status, dict(record.handle or {})) == (JobStatus.PENDING, handle)
+        assert HttpJobKeys(admin).secrets([(name, "00" * 16)]) == \
+            [HttpJobKeys(bob).secret(name, "00" * 16)]
         # Its owner and an admin get the same key (the owner's); a job nobody recorded yet
         # gets the caller's own (a client signs payloads before it records the job).
         key = HttpJobKeys(bob).secret(name, "00" * 16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -82,6 +83,90 @@ def test_state_changes_by_one_job_do_not_reach_the_next(session, tmp_path):
     assert inspect_state() == (None, False, "[1]", False)
     names = [r.name for r in session.metadata.list_jobs(JobQuery())]
     assert len({_worker_pid(session, n) for n in names}) == 1  # the same warm worker
+
+
+_LOCAL_MODULE = """
+import importlib
+import json
+import os
+import sys
+
+
+def probe(x):
+    seen = {"json.tool": "json.tool" in sys.modules, "bound": hasattr(json, "tool")}
+    importlib.import_module("json.tool")  # a submodule of a package the executor had loaded
+
+    return x, os.getppid(), os.getpid(), seen
+"""
+
+
+def _supervisor_logs(session):
+    """What the home's supervisors wrote (a warm executor's discard is said there)."""
+    return "".join(p.read_text(errors="replace")
+                   for p in sorted((session.home / "run" / "supervisors").glob("*.log")))
+
+
+def _import_local_module(tmp_path, monkeypatch, name):
+    import importlib
+
+    (tmp_path / f"{name}.py").write_text(_LOCAL_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)  # gone again after the test
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("via", ["submit", "map"])
+def test_a_function_from_a_local_module_keeps_the_warm_executor(session, tmp_path, monkeypatch,
+                                                                via):
+    """A function imported from the user's own module (pickled by reference, imported
+    again by each job) runs on the same warm executor process call after call, and each
+    call finds the module and the submodule it imported gone again. The executor was once
+    discarded after every such call (~30 ms each): the import system makes new modules
+    with ``type(sys)``, the snapshot's tracked class, so the new module's own ``__spec__``
+    counted as a change to a loaded module."""
+    mod = _import_local_module(tmp_path, monkeypatch, f"shoal_local_{via}")
+    with RemoteExecutor(keep_alive_period_in_seconds=30) as e:
+        if via == "submit":  # one call at a time
+            out = [e.submit(mod.probe, i).result(timeout=120) for i in range(5)]
+        else:
+            assert e.submit(mod.probe, 0).result(timeout=120)[0] == 0  # warms a worker
+            out = list(e.map(mod.probe, range(6), timeout=120, chunksize=3))
+    assert [x for x, *_ in out] == list(range(len(out)))
+    assert all(seen == {"json.tool": False, "bound": False} for *_, seen in out), out
+    # Each warm worker (the executor's parent) ran its calls on one executor process. (A
+    # second call may find the first worker still finishing and start another one.)
+    executors: dict[int, set[int]] = {}
+    for _, worker, executor, _ in out:
+        executors.setdefault(worker, set()).add(executor)
+    assert all(len(pids) == 1 for pids in executors.values()), executors
+    assert len(executors) < len(out), f"a worker per call: {executors}"
+    assert "executor discarded" not in _supervisor_logs(session)
+
+
+def test_a_job_that_rebinds_a_loaded_module_still_discards_the_executor(session):
+    """What the snapshot cannot undo still retires the executor: a new module bound as
+    an attribute of a loaded one under another name is the job's change."""
+    @remote(keep_alive_period_in_seconds=30)
+    def rebind():
+        import json
+        import os
+        import types
+
+        json.extra = types.ModuleType("json.extra_other")
+        return os.getpid()
+
+    @remote(keep_alive_period_in_seconds=30)
+    def after():
+        import json
+        import os
+
+        return os.getpid(), hasattr(json, "extra")
+
+    first = rebind()
+    second, leaked = after()
+    assert first != second and not leaked
+    assert "executor discarded: the job changed attributes of module(s) json" in \
+        _supervisor_logs(session)
 
 
 def test_a_job_that_crashes_its_process_does_not_take_the_worker_down(session):

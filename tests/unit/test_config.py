@@ -298,7 +298,10 @@ ENV_READERS_ALLOWED = ("config.py", "jobs/_entrypoint.py", "jobs/driver.py", "jo
                        "cli/demo_assets/",
                        # the demo's user code: a SageMaker train.py as text, a @remote function
                        # that prints its own secret variable (each runs as a job)
-                       "cli/_demo_sagemaker.py", "cli/_demo_security.py")
+                       "cli/_demo_sagemaker.py", "cli/_demo_security.py",
+                       # rich's own terminal variables (TTY_COMPATIBLE, FORCE_COLOR), read
+                       # to tell whether to import rich at all (not shoal settings)
+                       "_internal/logconfig.py")
 _ENV_USE = re.compile(r"\bos\.(environ|getenv)\b|\bfrom\s+os\s+import\b[^\n]*\b(environ|getenv)\b")
 
 

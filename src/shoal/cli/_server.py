@@ -55,16 +55,18 @@ def server(
 
     check_bind(host, auth=not no_auth)
     refuse_through_server("server", env_only=True)
-    session = state.session(direct=True, **serve_settings(backend=backend, ray_address=ray_address,
-                                             public_url=public_url))
+    session = state.session(direct=True, **serve_settings(backend=backend,
+                                                          ray_address=ray_address,
+                                                          public_url=public_url))
     settings = session.settings
     url = supervisor_url(host, port, public_url=settings.server_public_url,
                          backend=settings.backend)
     where = "this host" if settings.backend == "local" else \
         f"Ray at {settings.ray_address if settings.backend == 'ray' else settings.backend}"
-    err().print(f"shoal server: http://{host}:{port}/api/v1 "
-                f"(auth: {'none' if no_auth else 'tokens'}); jobs run on {where}, their "
-                f"supervisors reach it at {url}; Ctrl-C stops it")
+    # A plain line, not rich's console: rich is not imported to start a server.
+    typer.echo(f"shoal server: http://{host}:{port}/api/v1 "
+               f"(auth: {'none' if no_auth else 'tokens'}); jobs run on {where}, their "
+               f"supervisors reach it at {url}; Ctrl-C stops it", err=True)
     serve(session, host=host, port=port, auth=not no_auth)
 
 

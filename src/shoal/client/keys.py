@@ -6,14 +6,17 @@ payloads were not signed with."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from shoal.client.http import ServerConnection
+from shoal.core.api import MAX_JOB_SECRETS_PER_REQUEST
 
 __all__ = ["HttpJobKeys"]
 
 
 class HttpJobKeys:
-    """``secret(job, salt)``: ``POST /api/v1/keys/job-secret`` (cached per job and salt)."""
+    """``secret(job, salt)``: ``POST /api/v1/keys/job-secret``; ``secrets([...])``, a batch's:
+    ``POST /api/v1/keys/job-secrets``, one request (both cached per job and salt)."""
 
     def __init__(self, connection: ServerConnection) -> None:
         self._http = connection
@@ -27,8 +30,25 @@ class HttpJobKeys:
             return known
         body = self._http.call("POST", "/keys/job-secret", json={"job": job, "salt": salt})
         secret = str(body["secret"])
-        with self._lock:
-            if len(self._known) > 4096:
-                self._known.clear()
-            self._known[(job, salt)] = secret
+        self._remember({(job, salt): secret})
         return secret
+
+    def secrets(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
+        with self._lock:
+            have = {j: self._known[j] for j in jobs if j in self._known}
+        missing = list(dict.fromkeys(j for j in jobs if j not in have))
+        found: dict[tuple[str, str], str] = {}
+        for start in range(0, len(missing), MAX_JOB_SECRETS_PER_REQUEST):
+            chunk = missing[start:start + MAX_JOB_SECRETS_PER_REQUEST]
+            body = self._http.call("POST", "/keys/job-secrets", json={
+                "jobs": [{"job": job, "salt": salt} for job, salt in chunk]})
+            found.update(zip(chunk, (str(s) for s in body["secrets"]), strict=True))
+        self._remember(found)
+        have.update(found)
+        return [have[j] for j in jobs]
+
+    def _remember(self, secrets: dict[tuple[str, str], str]) -> None:
+        with self._lock:
+            if len(self._known) + len(secrets) > 4096:
+                self._known.clear()
+            self._known.update(secrets)

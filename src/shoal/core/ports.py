@@ -231,6 +231,11 @@ class JobKeys(Protocol):
 
     def secret(self, job: str, salt: str) -> str: ...
 
+    def secrets(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
+        """The secrets of several ``(job, salt)`` at once, in order (a batch's jobs: one
+        request through a team server)."""
+        ...
+
 
 class JobEnds(Protocol):
     """What tells a client that a job ended without it polling the record: a team server's

@@ -37,18 +37,43 @@ from shoal.jobs._child import become_job_process, limit_memory, replace_environ
 __all__ = ["serve"]
 
 _DIRTY: set[str] = set()
+#: The modules the snapshot tracks (id -> module, which keeps the ids valid).
+_TRACKED: dict[int, types.ModuleType] = {}
+#: Submodules a job imported, set as attributes of a tracked package: (package, name).
+_ADDED: list[tuple[types.ModuleType, str]] = []
 
 
 class _TrackedModule(types.ModuleType):
-    """Records attribute assignments on modules that were loaded before the first job."""
+    """Records attribute assignments on modules that were loaded before the first job.
+
+    ``sys`` is one of them, and the import system makes every new module with ``type(sys)``
+    (``importlib._bootstrap._new_module``): modules a job imports are instances of this
+    class too, and their own attributes (``__spec__``, ``__file__``, ...) are not counted:
+    those modules are forgotten after the job. Nor is a submodule the job imported being
+    bound on its tracked package (``import json.tool`` sets ``json.tool``): that binding is
+    undone with the submodule.
+    """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        _DIRTY.add(self.__name__)
+        if id(self) in _TRACKED:
+            if _new_submodule(self, name, value):
+                _ADDED.append((self, name))
+            else:
+                _DIRTY.add(self.__name__)
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str) -> None:
-        _DIRTY.add(self.__name__)
+        if id(self) in _TRACKED:
+            _DIRTY.add(self.__name__)
         super().__delattr__(name)
+
+
+def _new_submodule(package: types.ModuleType, name: str, value: Any) -> bool:
+    """Whether ``package.name = value`` binds a submodule imported just now, for the first
+    time (the import system's own step after loading ``package.name``)."""
+    return (isinstance(value, types.ModuleType) and id(value) not in _TRACKED
+            and getattr(value, "__name__", None) == f"{package.__name__}.{name}"
+            and name not in package.__dict__)
 
 
 class _Snapshot:
@@ -64,6 +89,7 @@ class _Snapshot:
             if type(module) is types.ModuleType:
                 with contextlib.suppress(TypeError):
                     module.__class__ = _TrackedModule
+                    _TRACKED[id(module)] = module
 
     def restore(self, *, environ: bool = True) -> str | None:
         """Undo what can be undone; return why the process must be discarded, or None.
@@ -75,6 +101,12 @@ class _Snapshot:
         sys.argv[:] = self.argv
         for name in sys.modules.keys() - self.modules:
             del sys.modules[name]
+        while _ADDED:  # the submodules just forgotten leave their packages as they were
+            package, attr = _ADDED.pop()
+            if f"{package.__name__}.{attr}" in self.modules:
+                _DIRTY.add(package.__name__)  # a module the snapshot had: not the job's
+            else:
+                package.__dict__.pop(attr, None)
         if _DIRTY:
             return f"the job changed attributes of module(s) {', '.join(sorted(_DIRTY))}"
         if threading.active_count() > 1:

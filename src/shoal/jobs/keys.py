@@ -16,7 +16,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 
 from shoal.core.ports import JobKeys
@@ -47,6 +47,9 @@ class UserKeys(JobKeys):
             if self._secret is None:
                 self._secret = load_user_secret(self.path)
         return job_secret(self._secret, job, salt)
+
+    def secrets(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
+        return [self.secret(job, salt) for job, salt in jobs]
 
 
 def secret_values_seen(job_env: Mapping[str, str], inherited: Mapping[str, str]

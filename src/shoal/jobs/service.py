@@ -215,18 +215,28 @@ class JobService:
 
     def _new_secret(self, spec: JobSpec) -> tuple[JobSpec, str, str]:
         """A new job's salt and secret, and its spec with the secret variables sealed."""
+        [out] = self._new_secrets([spec])
+        return out
+
+    def _new_secrets(self, specs: Sequence[JobSpec]) -> list[tuple[JobSpec, str, str]]:
+        """``_new_secret`` for several jobs, their secrets asked for at once (one request
+        through a team server)."""
         if self.keys is None:
             from shoal.errors import ConfigError
 
             raise ConfigError("this process (a job's supervisor) cannot submit jobs: it holds "
                               "no user secret")
-        spec = _with_client(spec)  # a record whose client dies unlaunched ends at once
-        salt = new_salt()
-        secret = self.keys.secret(spec.name, salt)
-        sealed = seal_env(spec.environment_variables, secret, spec.name)
-        if sealed != dict(spec.environment_variables):
-            spec = dataclasses.replace(spec, environment_variables=sealed)
-        return spec, salt, secret
+        salts = [new_salt() for _ in specs]
+        secrets = self.keys.secrets([(spec.name, salt) for spec, salt in
+                                     zip(specs, salts, strict=True)])
+        out = []
+        for spec, salt, secret in zip(specs, salts, secrets, strict=True):
+            spec = _with_client(spec)  # a record whose client dies unlaunched ends at once
+            sealed = seal_env(spec.environment_variables, secret, spec.name)
+            if sealed != dict(spec.environment_variables):
+                spec = dataclasses.replace(spec, environment_variables=sealed)
+            out.append((spec, salt, secret))
+        return out
 
     # --- submitting -------------------------------------------------------------------
 
@@ -297,7 +307,7 @@ class JobService:
 
         self._check_submission()
         template = specs[0]
-        sealed = [self._new_secret(spec) for spec in specs]
+        sealed = self._new_secrets(specs)
         keys = [payload_key(secret) for _, _, secret in sealed]
         # Pickled once: each job gets the same pickle signed under its own key.
         function = serialize(func, keys[0], what=f"function {template.function_name!r}")

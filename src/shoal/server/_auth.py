@@ -11,6 +11,7 @@ job and what it tried to reach), and so is every write once the token's jobs hav
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import NoReturn
@@ -38,6 +39,11 @@ _JOB_ROUTES = ("/jobs", "/job-transitions", "/job-handles", "/artifacts", "/arti
 _HARMLESS = frozenset({"/whoami", "/artifact-store"})
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: How long a user token's record, once read, is trusted without reading it again: a token
+#: revoked with ``shoal tokens revoke`` (straight on the store) is refused that much later at
+#: most. Its lookup was ~40 % of the server's CPU per job-status read (docs/performance.md).
+TOKEN_CACHE_SECONDS = 1.0
+_TOKEN_CACHE_MAX = 4096
 #: The principal of a server started with ``--no-auth`` (loopback only).
 LOCAL_PRINCIPAL = ApiToken("local", "local", "no-auth", Scope.ADMIN,
                            datetime.fromtimestamp(0, UTC))
@@ -51,6 +57,8 @@ class Authorizer:
         self._store = store  # None: --no-auth
         self._job_tokens = job_tokens
         self._grants = grants
+        #: token hash -> (its record, when it was read): known tokens only
+        self._known: dict[str, tuple[ApiToken, float]] = {}
 
     async def __call__(self, request: Request) -> ApiToken:
         # On the event loop, not in FastAPI's thread pool: a job token is an HMAC, a user's
@@ -97,7 +105,7 @@ class Authorizer:
         # Looked up by its SHA-256 (a unique index): what timing can reveal is about the
         # hash, never the secret, so no byte-by-byte comparison of the token happens.
         digest = hash_token(value.strip())
-        found = self._store.token_by_hash(digest)
+        found = self._token_by_hash(digest)
         if found is None:
             raise AuthenticationError("the API token is not known to this server (mistyped, or "
                                       "made for another server)")
@@ -110,6 +118,21 @@ class Authorizer:
                 f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC", token=found.name, user=found.user)
         return found
 
+    def _token_by_hash(self, digest: str) -> ApiToken | None:
+        """The token's record, read again once it is ``TOKEN_CACHE_SECONDS`` old."""
+        assert self._store is not None
+        now = time.monotonic()
+        known = self._known.get(digest)
+        if known is not None and now - known[1] < TOKEN_CACHE_SECONDS:
+            return known[0]
+        found = self._store.token_by_hash(digest)
+        if found is None:
+            self._known.pop(digest, None)
+            return None
+        if len(self._known) >= _TOKEN_CACHE_MAX:
+            self._known.clear()
+        self._known[digest] = (found, now)
+        return found
 
 
 def job_token_of(request: Request) -> JobToken | None:

@@ -41,6 +41,8 @@ from shoal.server._wire_launches import (
     MessagesOut,
     SecretIn,
     SecretOut,
+    SecretsIn,
+    SecretsOut,
 )
 
 if TYPE_CHECKING:
@@ -257,5 +259,29 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
             user = record.owner
         secret = load_user_secret(jobs.user_secret_path(user))
         return SecretOut(secret=derive(secret, body.job, body.salt))
+
+    @api.post("/keys/job-secrets", tags=["keys"])
+    def job_secrets(body: SecretsIn, request: Request) -> SecretsOut:
+        """``job-secret`` for a batch's jobs at once (a map's 64 calls: one request), by the
+        same rules: a recorded job's key from its owner's secret, for its owner or an admin."""
+        from shoal.core.ports import JobQuery
+        from shoal.jobs.keys import load_user_secret
+        from shoal.serialization.keys import job_secret as derive
+
+        caller = _principal(request).user
+        names = [j.job for j in body.jobs]
+        owners = {str(r.name): r.owner for r in jobs.store.list_jobs(
+            JobQuery(names=names, limit=len(names)))} if names else {}
+        for name, owner in owners.items():
+            require_owner(request, owner, "get the key of", f"job {name!r}")
+        secrets: dict[str, bytes] = {}
+
+        def secret_of(user: str) -> bytes:
+            if user not in secrets:
+                secrets[user] = load_user_secret(jobs.user_secret_path(user))
+            return secrets[user]
+
+        return SecretsOut(secrets=[derive(secret_of(owners.get(j.job, caller)), j.job, j.salt)
+                                   for j in body.jobs])
 
     return api

@@ -8,10 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from shoal.core.api import MAX_JOB_SECRETS_PER_REQUEST
 from shoal.core.jobs import JobStatus
 
 __all__ = ["AliveOut", "BackendOut", "CheckIn", "HandleIn", "LaunchIn", "LaunchOut",
-           "MessageOut", "MessagesOut", "SecretIn", "SecretOut", "WaitOut"]
+           "MessageOut", "MessagesOut", "SecretIn", "SecretOut", "SecretsIn", "SecretsOut",
+           "WaitOut"]
 
 
 class LaunchIn(BaseModel):
@@ -81,6 +83,14 @@ class SecretIn(BaseModel):
 
 class SecretOut(BaseModel):
     secret: str
+
+
+class SecretsIn(BaseModel):
+    jobs: list[SecretIn] = Field(max_length=MAX_JOB_SECRETS_PER_REQUEST)
+
+
+class SecretsOut(BaseModel):
+    secrets: list[str]
 
 
 class WaitOut(BaseModel):

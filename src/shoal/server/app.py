@@ -53,14 +53,16 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                server_jobs: ServerJobs | None = None,
                server_endpoints: ServerEndpoints | None = None,
                users: AuthStore | None = None,
-               console: ASGIApp | None = None) -> FastAPI:
+               console: ASGIApp | None = None) -> ASGIApp:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
     waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
     runtime's routes); *users*: the admin routes over users and tokens; *console*: the web
-    console (``shoal.console``), served at ``/console`` (and ``/`` leads there)."""
+    console (``shoal.console``), served at ``/console`` (and ``/`` leads there). With *jobs*,
+    job-status reads are answered in front of FastAPI (``server/_fastreads.py``); the FastAPI
+    app is then the returned app's ``app``."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -71,9 +73,9 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     def get_version() -> VersionOut:
         return info
 
-    authorized = APIRouter(dependencies=[Depends(Authorizer(
-        auth, None if server_jobs is None else server_jobs.tokens,
-        None if server_jobs is None else server_jobs.grants))])
+    authorizer = Authorizer(auth, None if server_jobs is None else server_jobs.tokens,
+                            None if server_jobs is None else server_jobs.grants)
+    authorized = APIRouter(dependencies=[Depends(authorizer)])
 
     @authorized.get("/whoami", tags=["server"])
     def whoami(request: Request) -> WhoAmIOut:
@@ -115,7 +117,11 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
             return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=303)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    return app
+    if jobs is None:
+        return app
+    from shoal.server._fastreads import FastJobReads
+
+    return FastJobReads(app, jobs, authorizer, _error_answer)
 
 
 def _body(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
@@ -133,16 +139,21 @@ def _detail(value: Any) -> Any:
     return str(value)
 
 
-async def _shoal_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ShoalError)
+def _error_answer(method: str, path: str, exc: ShoalError) -> JSONResponse:
+    """The answer to a request that raised *exc* (also the fast job reads' answer)."""
     if isinstance(exc, StorageError) and exc.details.get("transient"):
-        return _store_away(request, exc)
+        return _store_away(method, path, exc)
     if exc.http_status >= 500:
-        logger.error("%s %s: %s", request.method, request.url.path, exc)
+        logger.error("%s %s: %s", method, path, exc)
     return JSONResponse(_body(exc.code, exc.message, exc.details), status_code=exc.http_status)
 
 
-def _store_away(request: Request, exc: StorageError) -> JSONResponse:
+async def _shoal_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ShoalError)
+    return _error_answer(request.method, request.url.path, exc)
+
+
+def _store_away(method: str, path: str, exc: StorageError) -> JSONResponse:
     """A store of the server's that does not answer (a database restart): 503 naming it and
     its reason, still ``transient`` so clients wait it out (``storage/outage.py``); the
     server itself stays up and answers again once the store is back."""
@@ -153,7 +164,7 @@ def _store_away(request: Request, exc: StorageError) -> JSONResponse:
     message = (f"{store} of this shoal server does not answer: {exc.message}. The server "
                "is up and answers again once the store is back; clients wait for it up to "
                "SHOAL_STORE_OUTAGE_SECONDS")
-    logger.warning("%s %s: %s", request.method, request.url.path, message)
+    logger.warning("%s %s: %s", method, path, message)
     return JSONResponse(_body(exc.code, message, exc.details), status_code=503,
                         headers={"Retry-After": "1"})
 
