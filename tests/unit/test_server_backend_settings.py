@@ -94,8 +94,9 @@ def test_a_supervisor_gets_none_of_the_servers_credentials(tmp_path, monkeypatch
                         ("AWS_SECRET_ACCESS_KEY", "s3cret"), ("AWS_ACCESS_KEY_ID", "AKIA"),
                         ("DB_PASSWORD", "hunter22"), ("TEAM_LABEL", "blue")):
         monkeypatch.setenv(name, value)
-    session = shoal.Session(home=str(tmp_path), metadata_url="postgresql://u:pw@db/shoal",
-                            artifact_url="s3://bucket/root", backend="ray")
+    # ServerJobs opens the server's metadata store (its job grants read records): the home's
+    # SQLite database here, whose URL the supervisor must not get either
+    session = shoal.Session(home=str(tmp_path), artifact_url="s3://bucket/root", backend="ray")
     jobs = ServerJobs(session, "http://10.0.0.1:8765", Signals())
     env = jobs.job_env({"SHOAL_JOB_SECRETS": "{}", "SHOAL_METADATA_URL": "sqlite:///x",
                         "AWS_SESSION_TOKEN": "t"}, "shoalj_x.y")
