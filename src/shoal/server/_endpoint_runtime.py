@@ -98,14 +98,17 @@ class ServerEndpoints:
     def seal(self, name: str, handle: Mapping[str, Any]) -> dict[str, Any]:
         return {**handle, _SEAL: self._mac(name, handle)}
 
+    def sealed(self, record: EndpointRecord) -> bool:
+        """Whether *record*'s handle is one this server sealed (it started the runtime)."""
+        seal = str(record.supervisor.get(_SEAL) or "")
+        return bool(seal) and hmac.compare_digest(seal, self._mac(record.name, record.supervisor))
+
     def backend_for(self, record: EndpointRecord) -> EndpointBackend | None:
         """The backend that started *record*'s runtime here, or None: no handle, or one this
         server did not seal (written by a client, or by a session on this host)."""
-        handle = record.supervisor
-        seal = str(handle.get(_SEAL) or "")
-        if not seal or not hmac.compare_digest(seal, self._mac(record.name, handle)):
+        if not self.sealed(record):
             return None
-        return next((b for b in self.backends if b.owns(handle)), None)
+        return next((b for b in self.backends if b.owns(record.supervisor)), None)
 
     # --- checks -----------------------------------------------------------------------
 

@@ -46,13 +46,15 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                upload_dir: Path | None = None,
                max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
                server_jobs: ServerJobs | None = None,
-               server_endpoints: ServerEndpoints | None = None) -> FastAPI:
+               server_endpoints: ServerEndpoints | None = None,
+               max_invocation_bytes: int | None = None) -> FastAPI:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
     waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
-    runtime's routes)."""
+    runtime's routes, and ``POST /endpoints/{name}/invocations`` to the model servers of
+    those it started, bodies up to *max_invocation_bytes*: 6 MiB when None)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -90,8 +92,16 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         authorized.include_router(wait_routes(server_jobs))
     if server_endpoints is not None:
         from shoal.server._endpoint_runtime import runtime_routes
+        from shoal.server._invocations import (
+            DEFAULT_MAX_INVOCATION_BYTES,
+            Invoker,
+            invocation_routes,
+        )
 
         authorized.include_router(runtime_routes(server_endpoints))
+        authorized.include_router(invocation_routes(Invoker(
+            server_endpoints.store, started_here=server_endpoints.sealed,
+            max_bytes=max_invocation_bytes or DEFAULT_MAX_INVOCATION_BYTES)))
     app.include_router(authorized, prefix=API_PREFIX)
     app.add_exception_handler(ShoalError, _shoal_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
