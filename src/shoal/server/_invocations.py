@@ -37,7 +37,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -60,6 +60,8 @@ __all__ = ["DEFAULT_MAX_INVOCATION_BYTES", "Invoker", "invocation_routes"]
 #: SageMaker's real-time payload limit, and the model server's default (``max_payload_mb``).
 DEFAULT_MAX_INVOCATION_BYTES = 6 * 1024 * 1024
 _RECORD_TTL_S = 1.0
+#: A body (either way) of a declared length up to this is read whole, then sent in one go.
+_SMALL = 64 * 1024
 #: Request headers that go on to the model server (SageMaker runtime's, and the body's).
 _FORWARD = ("content-type", "accept", "content-length")
 _FORWARD_PREFIX = "x-amzn-sagemaker-"
@@ -132,7 +134,7 @@ class Invoker:
     def forget(self, name: str) -> None:
         self._records.pop(name, None)
 
-    async def invoke(self, name: str, request: Request) -> StreamingResponse:
+    async def invoke(self, name: str, request: Request) -> Response:
         import httpx
 
         declared = request.headers.get("content-length")
@@ -140,7 +142,9 @@ class Invoker:
             raise _too_large(name, int(declared), self.max_bytes)
         headers = {k: v for k, v in request.headers.items()
                    if k in _FORWARD or k.startswith(_FORWARD_PREFIX)}
-        body = _Body(request, name, self.max_bytes)
+        body: _Body | bytes = _Body(request, name, self.max_bytes)
+        if declared is not None and declared.isdigit() and int(declared) <= _SMALL:
+            body = await request.body()  # one write to the model server, not two
         record = await self.record(name)
         tried: list[str] = []
         last: Exception | None = None
@@ -156,15 +160,22 @@ class Invoker:
                 except httpx.TransportError as e:
                     last = e
                     tried.append(url)
-                    if body.started:  # part of the body went: not sent again (not idempotent)
+                    if isinstance(body, _Body) and body.started:  # part of the body went: not sent again (not idempotent)
                         self.forget(name)
                         raise _unreachable(name, tried, e, delivered=True) from e
                     continue
-                return StreamingResponse(
-                    answer.aiter_raw(), status_code=answer.status_code,
-                    headers={**{k: v for k, v in answer.headers.items()
-                                if k.lower() not in _DROP}, INVOCATION_HEADER: name},
-                    background=BackgroundTask(answer.aclose))
+                headers = {**{k: v for k, v in answer.headers.items()
+                              if k.lower() not in _DROP}, INVOCATION_HEADER: name}
+                length = answer.headers.get("content-length")
+                if length is not None and length.isdigit() and int(length) <= _SMALL:
+                    try:  # a small answer whole: one write back
+                        content = await answer.aread()
+                    finally:
+                        await answer.aclose()
+                    return Response(content, status_code=answer.status_code, headers=headers)
+                return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code,
+                                         headers=headers,
+                                         background=BackgroundTask(answer.aclose))
             if attempt == 0:
                 record = await self.record(name, fresh=True)
         self.forget(name)
@@ -208,7 +219,7 @@ def _too_large(name: str, size: int, limit: int) -> PayloadTooLargeError:
 def invocation_routes(invoker: Invoker) -> APIRouter:
     api = APIRouter(tags=["endpoints"])
 
-    @api.post("/endpoints/{name}/invocations", response_class=StreamingResponse,
+    @api.post("/endpoints/{name}/invocations", response_class=Response,
               responses={200: {"description": "the model server's answer, as it sent it"}})
     async def invoke_endpoint(name: str, request: Request) -> Any:
         return await invoker.invoke(name, request)
