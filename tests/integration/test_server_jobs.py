@@ -257,6 +257,11 @@ def test_estimator_fit_uploads_its_local_inputs_through_the_server(team, tmp_pat
     assert after == before
     with pytest.raises(InvalidArgumentError, match="does not exist in the server's artifact"):
         est.fit({"train": f"{root}/{name}/input/data/nothing-here"}, logs=False)
+    for setting in ("output_path", "checkpoint_s3_uri"):  # where the job writes: not here
+        elsewhere = Estimator(entry_point=str(script), sagemaker_session=team,
+                              base_job_name="ship", **{setting: str(tmp_path / "out")})
+        with pytest.raises(InvalidArgumentError, match=f"{setting}=.*a path on this machine"):
+            elsewhere.fit({"train": str(data)}, logs=False)
     assert {r.name for r in team.jobs.metadata.list_jobs(JobQuery(name_prefix="ship"))} \
         == before
 

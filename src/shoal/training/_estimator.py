@@ -271,6 +271,8 @@ class Estimator:
         channels = resolve_channels(self._with_model_channel(inputs),
                                     input_mode=self.input_mode,
                                     store=session.artifacts if remote else None)
+        if remote:
+            self._check_remote_outputs(session)
         name = self._job_name(job_name)
         run = self._run_context(experiment_config)
         self._check_volume(session)
@@ -298,6 +300,23 @@ class Estimator:
         """Through a team server: the files on this machine the job reads (its channels'
         local data), to upload under the job's prefix; the channels then name them there."""
         return ship_local_channels(channels, name, session.artifacts)
+
+    def _check_remote_outputs(self, session: Session) -> None:
+        """Through a team server the job runs on its host: an output or checkpoint location
+        on this machine would be a path of that host's; refused, saying what to give."""
+        root = session.artifacts.root.rstrip("/") + "/"
+        for setting, value in (("output_path", self.output_path),
+                               ("checkpoint_s3_uri", self.checkpoint_s3_uri)):
+            if not value:
+                continue
+            local = "://" not in value or value.startswith("file://")
+            if local and not (value.rstrip("/") + "/").startswith(root):
+                raise InvalidArgumentError(
+                    f"{setting}={value!r} is a path on this machine, but through a team server "
+                    f"the job runs on the server's host and would write there instead; leave "
+                    f"{setting} unset (the job's files go under its prefix in the server's "
+                    f"store, {session.artifacts.root}) or give a URL the server writes to (in "
+                    "its store, or s3://...)", argument=setting, value=value)
 
     @staticmethod
     def _ship_path(name: str, path: Path, rel: str, what: str,
