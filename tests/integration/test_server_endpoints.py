@@ -34,6 +34,7 @@ from shoal.core.endpoints import (
     EndpointConfig,
     EndpointInstance,
     EndpointStatus,
+    InstanceStatus,
     RuntimeState,
     endpoint_dir,
 )
@@ -280,8 +281,15 @@ def test_endpoints_are_invoked_through_the_servers_route(shoal_server, client, t
     shown = _cli(alice, "endpoints", "describe", name)
     assert route in shown.stdout.replace("\n", "")
 
-    # Its model server gone (and its supervisor, so nothing restarts it): 502 naming it.
+    # Its owner may not point the route elsewhere: an instance address the server's runtime
+    # did not report is refused (the supervisor on the server's host records its own).
     record = predictor.describe()
+    with pytest.raises(PermissionDeniedError, match="started by this server.*127.0.0.1:9"):
+        session.endpoint_store.put_endpoint_instance(name, EndpointInstance(
+            0, "127.0.0.1", 9, None, InstanceStatus.IN_SERVICE))
+    assert predictor.describe().instances == record.instances
+
+    # Its model server gone (and its supervisor, so nothing restarts it): 502 naming it.
     os.kill(int(record.supervisor["pid"]), signal.SIGKILL)
     for instance in record.instances:
         os.kill(int(instance.pid or 0), signal.SIGKILL)

@@ -20,10 +20,10 @@ logs, metrics); invoking runs the deployer's code on the server's host with the 
 input and spends its compute. A job's token reaches no endpoint.
 
 Only endpoints this server started (their handle sealed, ``server/_endpoint_runtime.py``) are
-passed on to: a record a client wrote names no address for the server to send to. (Their
-instances' addresses are still writable by the endpoint's owner, ``PUT .../instances``, which
-Ray Serve endpoints need from the client's ``EndpointService``: an owner can point the route
-at another ``/invocations`` address; see docs/architecture.md "Known gaps".)
+passed on to: a record a client wrote names no address for the server to send to, and a
+client records for those only addresses their runtime reports
+(``ServerEndpoints.check_instance``), so no one points the route at an address of their
+choosing.
 
 One ``httpx.AsyncClient`` per app (pooled keep-alive connections to the model servers),
 on the event loop: no thread per request. The record is read at most once a second per

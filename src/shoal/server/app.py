@@ -78,7 +78,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if jobs is not None:
         authorized.include_router(job_routes(jobs))
     if endpoints is not None:
-        authorized.include_router(endpoint_routes(endpoints))
+        authorized.include_router(endpoint_routes(endpoints, instance_guard=(
+            None if server_endpoints is None else server_endpoints.check_instance)))
     if artifacts is not None:
         guard = None if endpoints is None else endpoint_files_guard(endpoints)
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
