@@ -160,21 +160,28 @@ class Invoker:
                 except httpx.TransportError as e:
                     last = e
                     tried.append(url)
-                    if isinstance(body, _Body) and body.started:  # part of the body went: not sent again (not idempotent)
+                    unsent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout,
+                                            httpx.PoolTimeout))
+                    if not unsent or isinstance(body, _Body) and body.started:
+                        # it may have reached the model server: never sent twice (an
+                        # invocation is not idempotent)
                         self.forget(name)
                         raise _unreachable(name, tried, e, delivered=True) from e
                     continue
-                headers = {**{k: v for k, v in answer.headers.items()
-                              if k.lower() not in _DROP}, INVOCATION_HEADER: name}
+                back = {**{k: v for k, v in answer.headers.items()
+                           if k.lower() not in _DROP}, INVOCATION_HEADER: name}
                 length = answer.headers.get("content-length")
                 if length is not None and length.isdigit() and int(length) <= _SMALL:
                     try:  # a small answer whole: one write back
                         content = await answer.aread()
+                    except httpx.TransportError as e:  # it went away while answering
+                        self.forget(name)
+                        raise _unreachable(name, [url], e, delivered=True) from e
                     finally:
                         await answer.aclose()
-                    return Response(content, status_code=answer.status_code, headers=headers)
+                    return Response(content, status_code=answer.status_code, headers=back)
                 return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code,
-                                         headers=headers,
+                                         headers=back,
                                          background=BackgroundTask(answer.aclose))
             if attempt == 0:
                 record = await self.record(name, fresh=True)
