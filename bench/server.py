@@ -8,6 +8,7 @@ same run, in interleaved rounds (noise on these shared machines hits both sides 
                                                [--clients 2] [--windows 3]
     .venv/bin/python bench/server.py framework [--requests 2000] [--rounds 5]
     .venv/bin/python bench/server.py remote    [--calls 50] [--map 2000] [--rounds 3]
+    .venv/bin/python bench/server.py invoke    [--calls 200] [--rounds 3]
 
 Anchor: MLflow 3.x's ``mlflow server`` (its defaults, SQLite backend store) from a virtual
 environment of its own under the bench's scratch directory (made with uv on first use; never
@@ -257,6 +258,12 @@ def cmd_remote(args: argparse.Namespace) -> None:
     run_remote_bench(args, _header)
 
 
+def cmd_invoke(args: argparse.Namespace) -> None:
+    from _server_invoke import run_invoke_bench
+
+    run_invoke_bench(args, _header)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -287,6 +294,10 @@ def main() -> None:
     p.add_argument("--map", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.set_defaults(fn=cmd_remote)
+    p = sub.add_parser("invoke", help="Predictor direct vs through the server's invocations")
+    p.add_argument("--calls", type=int, default=200, help="calls per side per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.set_defaults(fn=cmd_invoke)
     args = parser.parse_args()
     args.fn(args)
 

@@ -41,6 +41,8 @@
     │   ├── ModelLoadError
     │   ├── OverloadedError
     │   ├── EndpointFailedError      an endpoint could not start (or stay) in service
+    │   ├── EndpointNotInServiceError  503: a team server asked to invoke one not in service
+    │   ├── EndpointUnreachableError   502: a team server could not reach its model server
     │   └── InvocationError          a model server answered a request with 4xx/5xx
     ├── ApiError                     a team server's answer could not be used
     ├── PayloadTooLargeError         413: an upload past the team server's size limit
@@ -67,6 +69,8 @@ __all__ = [
     "ConflictError",
     "EndpointFailedError",
     "EndpointNotFound",
+    "EndpointNotInServiceError",
+    "EndpointUnreachableError",
     "ExperimentNotFound",
     "InvalidArgumentError",
     "InvalidArtifactKeyError",
@@ -293,6 +297,22 @@ class OverloadedError(ServingError):
 
 class EndpointFailedError(ServingError):
     code = "ENDPOINT_FAILED"
+
+
+class EndpointNotInServiceError(ServingError):
+    """A team server asked to invoke an endpoint that is not InService (``details``:
+    ``endpoint``, ``status``)."""
+
+    code = "ENDPOINT_NOT_IN_SERVICE"
+    http_status = 503
+
+
+class EndpointUnreachableError(ServingError):
+    """A team server that could not reach an endpoint's model server (``details``:
+    ``endpoint``, ``delivered``: whether the request may have reached it)."""
+
+    code = "ENDPOINT_UNREACHABLE"
+    http_status = 502
 
 
 class InvocationError(ServingError):

@@ -274,6 +274,17 @@ def test_finetuner_fit_through_the_server_stores_the_model_in_the_servers_store(
     assert record.status == JobStatus.COMPLETED, team.jobs.read_log(job)[-2000:]
     assert record.owner == "alice"
     assert team.artifacts.root.startswith(f"file://{shoal_server.home}")  # the server's store
+    # The local base model and data went up under the job's prefix; the job read them there.
+    assert record.spec.training is not None
+    root = team.artifacts.root
+    assert record.spec.training.hyperparameters["base_model"] == f"{root}/{job}/input/base_model"
+    assert record.spec.training.channels["training"]["uri"] == \
+        f"{root}/{job}/input/data/training/{memorise.name}"
+    assert team.artifacts.get_bytes(f"{job}/input/base_model/config.json") == \
+        (tiny_base / "config.json").read_bytes()
+    assert team.artifacts.get_bytes(f"{job}/input/data/training/{memorise.name}") == \
+        memorise.read_bytes()
+    assert tuner.base_model == str(tiny_base)  # the estimator keeps the local path
     assert tuner.model_data == f"{team.artifacts.root}/{job}/output/model/"
     stored = set(team.artifacts.list_keys(f"{job}/output/model/"))
     manifest = json.loads(team.artifacts.get_bytes(f"{job}/output/model/manifest.json"))

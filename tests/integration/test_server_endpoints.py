@@ -34,6 +34,7 @@ from shoal.core.endpoints import (
     EndpointConfig,
     EndpointInstance,
     EndpointStatus,
+    InstanceStatus,
     RuntimeState,
     endpoint_dir,
 )
@@ -41,7 +42,11 @@ from shoal.endpoints import EndpointService
 from shoal.errors import (
     BackendUnavailableError,
     EndpointFailedError,
+    EndpointNotFound,
+    EndpointNotInServiceError,
+    EndpointUnreachableError,
     InvalidArgumentError,
+    InvocationError,
     PermissionDeniedError,
 )
 from shoal.model import Model
@@ -194,6 +199,108 @@ def test_deploy_predict_list_describe_and_delete_through_the_server(
                what="the endpoint's server stopped answering")
     assert not where.exists()  # the server's copy of the model is gone too
     assert not session.artifacts.list_keys(f"endpoints/{name}/model")
+
+
+def _invoke(url: str, name: str, token: str | None, body: bytes = b"[[1, 2, 3, 4]]",
+            content_type: str = "application/json") -> Any:
+    import httpx
+
+    headers = {"Content-Type": content_type, "Accept": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.post(f"{url}/api/v1/endpoints/{name}/invocations", content=body,
+                      headers=headers, timeout=60)
+
+
+def _read_token(server: Any, user: str) -> str:
+    made = server.cli("tokens", "create", "--user", user, "--name",
+                      f"reader-{uuid.uuid4().hex[:8]}", "--create-user", "--scope", "read")
+    assert made.returncode == 0, made.stderr
+    return str(made.stdout.strip())
+
+
+def test_endpoints_are_invoked_through_the_servers_route(shoal_server, client, tmp_path,
+                                                         onnx_dir):
+    """The SageMaker-runtime shape: ``POST /api/v1/endpoints/{name}/invocations`` passes the
+    request on to the model server on the server's host and its answer back, so a client
+    needs nothing but the server's URL and a token."""
+    token = _token(shoal_server, "alice")
+    alice = _client_env(tmp_path, shoal_server.url, token, "alice")
+    session = client(alice)
+    name = f"proxied-{uuid.uuid4().hex[:8]}"
+    predictor = Model(model_data=str(onnx_dir)).deploy(endpoint_name=name)
+    x = np.array([[1, 2, 3, 4], [0, 1, 0, 1]], dtype=np.float32)
+    assert np.allclose(predictor.predict(x.tolist()), x @ W + B)
+    assert predictor._client is None  # never a direct connection to the model server
+
+    answer = _invoke(shoal_server.url, name, token)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-shoal-endpoint"] == name
+    assert answer.headers["content-type"].startswith("application/json")
+    assert np.allclose(answer.json(), x[:1] @ W + B)
+
+    # The model server's refusal passes through with its status, as an InvocationError.
+    refused = _invoke(shoal_server.url, name, token, b"1,2,3,4", "application/x-bogus")
+    assert refused.status_code == 415 and refused.headers["x-shoal-endpoint"] == name
+    with pytest.raises(InvocationError, match="answered 415") as info:
+        predictor.predict(None, initial_args={"ContentType": "application/x-bogus",
+                                              "Body": b"1,2,3,4"})
+    assert info.value.details["status_code"] == 415
+    assert shoal_server.url in str(info.value)
+
+    # The server's own errors: unknown endpoint, no token, a read token, too large a body.
+    missing = _invoke(shoal_server.url, "no-such-endpoint", token)
+    assert missing.status_code == 404 and "x-shoal-endpoint" not in missing.headers
+    assert missing.json()["error"]["code"] == "ENDPOINT_NOT_FOUND"
+    with pytest.raises(EndpointNotFound, match="no-such-endpoint"):
+        Predictor("no-such-endpoint").predict([[0, 0, 0, 0]])
+    anonymous = _invoke(shoal_server.url, name, None)
+    assert anonymous.status_code == 401, anonymous.text
+    reader = _invoke(shoal_server.url, name, _read_token(shoal_server, "carol"))
+    assert reader.status_code == 403 and "needs a write token" in reader.text
+    big = _invoke(shoal_server.url, name, token, b"[" + b"0," * (3 * 1024 * 1024) + b"0]")
+    assert big.status_code == 413 and "SHOAL_SERVER_MAX_INVOCATION_BYTES" in big.text
+
+    # A record not started by the server (no runtime yet): 503 naming its status.
+    pending = f"pending-{uuid.uuid4().hex[:8]}"
+    session.endpoint_store.create_endpoint(pending, model_data="m", config=EndpointConfig())
+    waiting = _invoke(shoal_server.url, pending, token)
+    assert waiting.status_code == 503 and "Creating" in waiting.json()["error"]["message"]
+    with pytest.raises(EndpointNotInServiceError, match="Creating, not InService"):
+        Predictor(pending).predict([[0, 0, 0, 0]])
+    EndpointService.for_session(session).delete(pending)
+
+    # `shoal endpoints invoke` goes the same way; `describe` shows the route.
+    invoked = _cli(alice, "endpoints", "invoke", name, "--body", "[[0, 0, 1, 0]]")
+    assert invoked.returncode == 0, invoked.stderr
+    assert np.allclose(json.loads(invoked.stdout), W[2:3] + B)
+    described = _cli(alice, "endpoints", "describe", name, "--json")
+    assert described.returncode == 0, described.stderr
+    route = f"{shoal_server.url}/api/v1/endpoints/{name}/invocations"
+    assert json.loads(described.stdout)["invocation_url"] == route
+    shown = _cli(alice, "endpoints", "describe", name)
+    assert route in shown.stdout.replace("\n", "")
+
+    # Its owner may not point the route elsewhere: an instance address the server's runtime
+    # did not report is refused (the supervisor on the server's host records its own).
+    record = predictor.describe()
+    with pytest.raises(PermissionDeniedError, match="started by this server.*127.0.0.1:9"):
+        session.endpoint_store.put_endpoint_instance(name, EndpointInstance(
+            0, "127.0.0.1", 9, None, InstanceStatus.IN_SERVICE))
+    assert predictor.describe().instances == record.instances
+
+    # Its model server gone (and its supervisor, so nothing restarts it): 502 naming it.
+    os.kill(int(record.supervisor["pid"]), signal.SIGKILL)
+    for instance in record.instances:
+        os.kill(int(instance.pid or 0), signal.SIGKILL)
+    wait_until(lambda: not any(_answers(u) for u in record.urls), 30,
+               what="the model server gone")
+    gone = _invoke(shoal_server.url, name, token)
+    assert gone.status_code == 502, gone.text
+    assert gone.json()["error"]["code"] == "ENDPOINT_UNREACHABLE" and name in gone.text
+    with pytest.raises(EndpointUnreachableError, match=name):
+        Predictor(name, connect_retry_seconds=0.5).predict([[0, 0, 0, 0]])
+    predictor.delete_endpoint()
 
 
 def test_estimator_deploys_the_model_its_job_trained_on_the_server(shoal_server, client,

@@ -215,6 +215,91 @@ def test_estimator_fit_runs_its_script_on_the_server(team, tmp_path):
     assert b"training in" in team.jobs.read_log(record.name)
 
 
+READ_CHANNELS = """
+import json, os
+out = {}
+for channel in ("train", "single", "earlier"):
+    where = os.environ.get("SM_CHANNEL_" + channel.upper())
+    if not where:
+        continue
+    files = {}
+    for root, _, names in os.walk(where, followlinks=True):
+        for n in names:
+            full = os.path.join(root, n)
+            files[os.path.relpath(full, where)] = open(full).read()
+    out[channel] = {"real": os.path.realpath(where), "files": files}
+open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.json"), "w").write(json.dumps(out))
+print("SEEN", json.dumps(out))
+"""
+
+
+def test_estimator_fit_uploads_its_local_inputs_through_the_server(team, tmp_path,
+                                                                  shoal_server):
+    """A local channel (a directory, a file, a file:// URI) goes up to the server's store under
+    the job's prefix and the job reads it there, never the client's path (which exists on the
+    server's host here only because the test shares one)."""
+    import json
+
+    from shoal.estimator import Estimator
+
+    data = tmp_path / "data"
+    (data / "part").mkdir(parents=True)
+    (data / "a.csv").write_text("1,2\n")
+    (data / "part" / "b.csv").write_text("3,4\n")
+    single = tmp_path / "one.txt"
+    single.write_text("just one file")
+    script = tmp_path / "train.py"
+    script.write_text(READ_CHANNELS)
+    est = Estimator(entry_point=str(script), sagemaker_session=team, base_job_name="ship")
+    est.fit({"train": str(data), "single": single.as_uri()}, logs=False)
+    name = est.latest_training_job.name
+    record = team.jobs.get(name)
+    assert record.status == JobStatus.COMPLETED, record.failure_reason
+    assert record.spec.training is not None
+    channels = record.spec.training.channels
+    root = team.artifacts.root
+    assert root.startswith(f"file://{shoal_server.home}")
+    assert channels["train"]["uri"] == f"{root}/{name}/input/data/train"
+    assert channels["single"]["uri"] == f"{root}/{name}/input/data/single/one.txt"
+    assert team.artifacts.get_bytes(f"{name}/input/data/train/part/b.csv") == b"3,4\n"
+    [line] = [ln for ln in team.jobs.read_log(name).decode().splitlines()
+              if ln.startswith("SEEN ")]
+    seen = json.loads(line[5:])
+    assert seen["train"]["files"] == {"a.csv": "1,2\n", os.path.join("part", "b.csv"): "3,4\n"}
+    assert seen["single"]["files"] == {"one.txt": "just one file"}
+    for channel in ("train", "single"):  # read from the server's store, not the client's disk
+        assert seen[channel]["real"].startswith(str(shoal_server.home))
+        assert not seen[channel]["real"].startswith(str(tmp_path))
+
+    # A URI already in the server's store is checked there and used as it is.
+    earlier = channels["train"]["uri"]
+    est.fit({"earlier": earlier}, logs=False)
+    again = team.jobs.get(est.latest_training_job.name)
+    assert again.status == JobStatus.COMPLETED, again.failure_reason
+    assert again.spec.training is not None
+    assert again.spec.training.channels["earlier"]["uri"] == earlier
+    assert not team.artifacts.list_keys(f"{again.name}/input/data")
+
+    # A local path that is not there: refused at submit, naming the channel and the path,
+    # with no job recorded.
+    before = {r.name for r in team.jobs.metadata.list_jobs(JobQuery(name_prefix="ship"))}
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(InvalidArgumentError, match="channel 'train'") as info:
+        est.fit({"train": str(missing)}, logs=False)
+    assert str(missing) in str(info.value)
+    after = {r.name for r in team.jobs.metadata.list_jobs(JobQuery(name_prefix="ship"))}
+    assert after == before
+    with pytest.raises(InvalidArgumentError, match="does not exist in the server's artifact"):
+        est.fit({"train": f"{root}/{name}/input/data/nothing-here"}, logs=False)
+    for setting in ("output_path", "checkpoint_s3_uri"):  # where the job writes: not here
+        elsewhere = Estimator(entry_point=str(script), sagemaker_session=team,
+                              base_job_name="ship", **{setting: str(tmp_path / "out")})
+        with pytest.raises(InvalidArgumentError, match=f"{setting}=.*a path on this machine"):
+            elsewhere.fit({"train": str(data)}, logs=False)
+    assert {r.name for r in team.jobs.metadata.list_jobs(JobQuery(name_prefix="ship"))} \
+        == before
+
+
 def test_jobs_logs_follow_streams_a_running_job_through_the_server(team, tmp_path):
     import subprocess
     import sys

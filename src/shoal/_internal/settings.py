@@ -86,6 +86,9 @@ class Settings(BaseSettings):  # noqa: D401 - documented on the factory below
     credentials_file: Path | None = None
     #: On a team server: the largest upload (an artifact) it takes, in bytes (413 past it).
     server_max_upload_bytes: int = Field(default=20 * 1024**3, ge=1)
+    #: On a team server: the largest request body it passes on to an endpoint
+    #: (``POST /api/v1/endpoints/{name}/invocations``; SageMaker's limit), 413 past it.
+    server_max_invocation_bytes: int = Field(default=6 * 1024**2, ge=1)
     #: What an endpoint's model servers (the user's inference code) inherit of their
     #: supervisor's environment: all of it, or (``withhold``: endpoints a team server starts)
     #: nothing that looks like a credential (``shoal.core.secrets.without_credentials``).

@@ -111,9 +111,12 @@ def describe(
     service = _service()
     r = service.get(name)
     logs = state.session().artifacts.uri(f"endpoints/{name}/logs")
+    proxied = _proxied_url(name)
     if as_json:
         data = endpoint_json(r)
         data["logs_uri"] = logs
+        if proxied is not None:
+            data["invocation_url"] = proxied
         print_json(data)
         return
     cfg = r.config
@@ -122,7 +125,9 @@ def describe(
     sup = dict(r.supervisor)
     rows: list[tuple[str, Any]] = [
         ("name", r.name), ("status", _status(r.status)), ("owner", r.owner),
-        ("url", ", ".join(f"{u}/invocations" for u in r.urls) or "-"),
+        *([("url", proxied), ("model servers", ", ".join(
+            f"{u}/invocations" for u in r.urls) or "-")] if proxied is not None else
+          [("url", ", ".join(f"{u}/invocations" for u in r.urls) or "-")]),
         ("model data", r.model_data),
         ("instance type", cfg.instance_type), ("instance count", str(cfg.instance_count)),
         ("batching", batching), ("code", cfg.entry_point or ("shipped" if cfg.code else "-")),
@@ -145,6 +150,19 @@ def describe(
         emit(table)
 
 
+def _proxied_url(name: str) -> str | None:
+    """Through a team server: where clients invoke *name* (the server passes it on to the
+    model servers, whose addresses are its host's); None without one."""
+    from urllib.parse import quote
+
+    from shoal.core.api import API_PREFIX
+
+    url = state.session().settings.server_url
+    if url is None:
+        return None
+    return f"{url.rstrip('/')}{API_PREFIX}/endpoints/{quote(name, safe='')}/invocations"
+
+
 @app.command()
 def invoke(
     name: Annotated[str, typer.Argument(help="The endpoint's name.",
@@ -157,7 +175,8 @@ def invoke(
     accept: Annotated[str, typer.Option(
         "--accept", help="The media type to ask for.")] = "application/json",
 ) -> None:
-    """Send one request to ``/invocations`` and print the answer."""
+    """Send one request to ``/invocations`` and print the answer (through a team server:
+    to its ``/api/v1/endpoints/NAME/invocations``)."""
     from shoal.deserializers import BytesDeserializer
     from shoal.endpoints import Predictor
     from shoal.errors import InvalidArgumentError

@@ -100,6 +100,26 @@ class ServerConnection:
             raise _error(method, path, response)
         return response
 
+    def post_raw(self, path: str, *, content: bytes, headers: Mapping[str, str],
+                 timeout: float) -> httpx.Response:
+        """``POST`` under ``/api/v1`` once (never retried), its answer whatever its status
+        (``error`` makes a ShoalError of the server's own). A server that does not answer is
+        a ``ServerUnreachableError``; a read timeout stays ``httpx.ReadTimeout`` (the caller
+        names what did not answer)."""
+        self._check_once()
+        try:
+            return self._client.post(API_PREFIX + path, content=content,
+                                     headers={**self._auth(), **headers}, timeout=httpx.Timeout(
+                                         timeout, connect=min(timeout, 5.0)))
+        except httpx.ReadTimeout:
+            raise
+        except httpx.TransportError as e:
+            raise self._unreachable("POST", path, e) from e
+
+    def error(self, method: str, path: str, response: httpx.Response) -> ShoalError:
+        """The ShoalError of the server's error answer *response* to *method* *path*."""
+        return _error(method, path, response)
+
     @contextlib.contextmanager
     def download(self, path: str, *, params: Params = None) -> Iterator[httpx.Response]:
         """``GET`` under ``/api/v1`` whose body is read as it comes (``iter_bytes``); a

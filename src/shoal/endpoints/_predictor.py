@@ -6,6 +6,13 @@ instances each have their own (an LLM's), round-robin over those in service. Req
 through one pooled httpx client; a connection error moves on to another address and re-reads
 the record (a restarted instance may be back, or gone), for up to ``connect_retry_seconds``. A 4xx/5xx answer raises ``InvocationError`` with the server's
 status code and message.
+
+Through a team server (``SHOAL_SERVER_URL``) requests go to its
+``POST /api/v1/endpoints/{name}/invocations`` on the session's connection (the model servers
+listen on the server's host), which passes the model server's answer through: a model
+server's refusal is the same ``InvocationError``; the server's own errors are its classes (404
+``EndpointNotFound``, 503 ``EndpointNotInServiceError``, 502 ``EndpointUnreachableError``,
+retried for ``connect_retry_seconds`` while the request reached no model server).
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
+from shoal.core.api import INVOCATION_HEADER
 from shoal.core.endpoints import EndpointInstance
 from shoal.deserializers import JSONDeserializer
 from shoal.endpoints._service import EndpointService, raise_unless_serving
-from shoal.errors import InvocationError, ServingError
+from shoal.errors import EndpointUnreachableError, InvocationError, ServingError
 from shoal.serializers import JSONSerializer
 
 if TYPE_CHECKING:
@@ -183,6 +192,8 @@ class Predictor:
     def _post(self, body: bytes, headers: dict[str, str]) -> Any:
         import httpx
 
+        if self.sagemaker_session.settings.server_url is not None:
+            return self._post_through_server(body, headers)
         client = self._http()
         if not self._instances:
             self._refresh()
@@ -207,7 +218,7 @@ class Predictor:
                     last = e
                     tried.append(instance.url)
                     continue
-                return self._check(response, instance)
+                return self._check(response, f"instance {instance.index}, {instance.url}")
             if time.monotonic() >= deadline:
                 break
             time.sleep(delay)  # the supervisor is restarting instances; look again
@@ -219,7 +230,33 @@ class Predictor:
                            f"{type(last).__name__ if last else 'none'}: {last}",
                            endpoint=self.endpoint_name) from last
 
-    def _check(self, response: Any, instance: EndpointInstance) -> Any:
+    def _post_through_server(self, body: bytes, headers: dict[str, str]) -> Any:
+        import httpx
+
+        connection = self.sagemaker_session.server_connection()
+        path = f"/endpoints/{quote(self.endpoint_name, safe='')}/invocations"
+        deadline = time.monotonic() + self._retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                response = connection.post_raw(path, content=body, headers=headers,
+                                               timeout=self._timeout)
+            except httpx.ReadTimeout as e:
+                raise ServingError(
+                    f"endpoint {self.endpoint_name!r} did not answer through the server at "
+                    f"{connection.url} within {self._timeout:g} s",
+                    endpoint=self.endpoint_name) from e
+            if INVOCATION_HEADER in response.headers or response.status_code < 400:
+                return self._check(response, f"through the server at {connection.url}")
+            error = connection.error("POST", path, response)
+            if isinstance(error, EndpointUnreachableError) and \
+                    not error.details.get("delivered") and time.monotonic() < deadline:
+                time.sleep(delay)  # its instances are restarting; the server looks again
+                delay = min(delay * 2, 0.5)
+                continue
+            raise error
+
+    def _check(self, response: Any, where: str) -> Any:
         if response.status_code < 400:
             return response
         text = response.text.strip()
@@ -231,8 +268,8 @@ class Predictor:
         if isinstance(data, dict):
             message = _explanation(data) or text
         raise InvocationError(
-            f"endpoint {self.endpoint_name!r} answered {response.status_code} (instance "
-            f"{instance.index}, {instance.url}): {' '.join(message.split())[:2000]}",
+            f"endpoint {self.endpoint_name!r} answered {response.status_code} ({where}): "
+            f"{' '.join(message.split())[:2000]}",
             endpoint=self.endpoint_name, status_code=response.status_code, body=text[:10000])
 
 

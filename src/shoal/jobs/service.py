@@ -34,6 +34,7 @@ from shoal.core.ports import (
 )
 from shoal.errors import (
     ArtifactNotFound,
+    ArtifactStoreError,
     BackendUnavailableError,
     InvalidTransitionError,
     JobCancelledError,
@@ -275,8 +276,10 @@ class JobService:
             raise
         return self.launch(record, secret)
 
-    def submit_script(self, spec: JobSpec, files: Mapping[str, bytes | Path]) -> JobRecord:
-        """Record a script job, store its files (bytes, or a local file to upload), launch."""
+    def submit_script(self, spec: JobSpec, files: Mapping[str, bytes | Path], *,
+                      on_file: Callable[[str, int], None] | None = None) -> JobRecord:
+        """Record a script job, store its files (bytes, or a local file to upload), launch.
+        *on_file* is told each file's relative key and size once it is stored."""
         self._check_submission()
         spec, salt, secret = self._new_secret(spec)
         record = self.metadata.create_job(spec, key_salt=salt, backend=self.backend.name)
@@ -284,9 +287,14 @@ class JobService:
             for rel, data in files.items():
                 key = job_key(spec.name, *rel.split("/"))
                 if isinstance(data, Path):
-                    self.artifacts.put_file(key, data)
+                    try:
+                        self.artifacts.put_file(key, data)
+                    except OSError as e:  # a local file that went, or cannot be read
+                        raise ArtifactStoreError(f"cannot read {data}: {e}", key=key) from e
                 else:
                     self.artifacts.put_bytes(key, data)
+                if on_file is not None:
+                    on_file(rel, data.stat().st_size if isinstance(data, Path) else len(data))
         except ShoalError as e:
             self.transition(spec.name, JobStatus.FAILED, failure_kind=FailureKind.INTERNAL,
                             reason=f"could not store the files of job {spec.name}: {e}")

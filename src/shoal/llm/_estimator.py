@@ -59,6 +59,8 @@ class FineTuner(Estimator):
         knobs = {k: kwargs.pop(k) for k in list(kwargs) if k in FineTuneOptions.names()}
         self.options = FineTuneOptions.build(options, method=method, **knobs)
         self.base_model = _check_base_model(base_model)
+        #: Through a team server: where this fit's upload of a local base model is.
+        self._shipped_base_model: str | None = None
         hyperparameters: dict[str, Any] = {"base_model": self.base_model,
                                            "method": self.options.method.value,
                                            **self.options.changed()}
@@ -76,7 +78,23 @@ class FineTuner(Estimator):
                 ": fit({'training': 'data/train.jsonl'})", argument="inputs")
         # where a merged model too large for model.tar.gz goes: beside it, uncompressed
         self.hyperparameters_["model_prefix_uri"] = self._model_prefix(name)
+        remote = session.settings.server_url is not None
+        self.hyperparameters_["base_model"] = (self._shipped_base_model if remote else None) \
+            or self.base_model
         return super()._spec(name, channels, session, run, requirements)
+
+    def _client_files(self, name: str, channels: dict[str, Any],
+                      session: Session) -> dict[str, Path]:
+        """The channels' local data and, for a local base model, its directory (under
+        ``<job>/input/base_model/``: the job reads it from the server's store)."""
+        files = super()._client_files(name, channels, session)
+        self._shipped_base_model = None
+        if "://" not in self.base_model and Path(self.base_model).is_absolute():
+            self._shipped_base_model, more = self._ship_path(
+                name, Path(self.base_model), "input/base_model",
+                f"base_model {self.base_model!r}", session)
+            files.update(more)
+        return files
 
     def _model_prefix(self, job_name: str) -> str:
         return f"{str(self._output_root).rstrip('/')}/{job_name}/output/model"

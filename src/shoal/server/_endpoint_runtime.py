@@ -37,6 +37,7 @@ from fastapi import APIRouter, Query, Request
 from shoal.core.endpoints import (
     EndpointBackend,
     EndpointConfig,
+    EndpointInstance,
     EndpointRecord,
     EndpointStatus,
     RuntimeState,
@@ -50,6 +51,7 @@ from shoal.errors import (
     EndpointNotFound,
     InvalidArgumentError,
     InvalidTransitionError,
+    PermissionDeniedError,
 )
 from shoal.server._owners import require_owner
 from shoal.server._wire_endpoints import CheckIn, GoneOut, HandleOut, RuntimeIn, RuntimeOut
@@ -98,16 +100,39 @@ class ServerEndpoints:
     def seal(self, name: str, handle: Mapping[str, Any]) -> dict[str, Any]:
         return {**handle, _SEAL: self._mac(name, handle)}
 
+    def sealed(self, record: EndpointRecord) -> bool:
+        """Whether *record*'s handle is one this server sealed (it started the runtime)."""
+        seal = str(record.supervisor.get(_SEAL) or "")
+        return bool(seal) and hmac.compare_digest(seal, self._mac(record.name, record.supervisor))
+
     def backend_for(self, record: EndpointRecord) -> EndpointBackend | None:
         """The backend that started *record*'s runtime here, or None: no handle, or one this
         server did not seal (written by a client, or by a session on this host)."""
-        handle = record.supervisor
-        seal = str(handle.get(_SEAL) or "")
-        if not seal or not hmac.compare_digest(seal, self._mac(record.name, handle)):
+        if not self.sealed(record):
             return None
-        return next((b for b in self.backends if b.owns(handle)), None)
+        return next((b for b in self.backends if b.owns(record.supervisor)), None)
 
     # --- checks -----------------------------------------------------------------------
+
+    def check_instance(self, record: EndpointRecord, instance: EndpointInstance) -> None:
+        """A client's ``PUT .../instances/{i}`` of an endpoint this server started names an
+        address its runtime reports (Ray Serve's proxy, which the client's ``EndpointService``
+        records once the runtime is ready), never one of the client's choosing: the
+        invocation route sends requests there. A supervisor here records its own instances
+        in the server's store, not through this route."""
+        if not self.sealed(record):
+            return  # not started here: the invocation route passes nothing on to it
+        backend = self.backend_for(record)
+        view = backend.refresh(record) if backend is not None else None
+        reported = () if view is None else view.addresses
+        if (instance.host, instance.port) not in reported:
+            shown = ", ".join(f"{h}:{p}" for h, p in reported) or \
+                "none: its supervisor records its instances itself"
+            raise PermissionDeniedError(
+                f"endpoint {record.name!r} was started by this server, so its instances are "
+                f"the addresses its runtime reports ({shown}), not "
+                f"{instance.host}:{instance.port}", endpoint=record.name,
+                action="record an instance address")
 
     def check_model_data(self, name: str, model_data: str) -> None:
         """A model in the server's artifact store (what every user may read), nothing else."""

@@ -11,7 +11,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from shoal.core.endpoints import EndpointConfig, EndpointStatus
+from shoal.core.endpoints import (
+    EndpointConfig,
+    EndpointInstance,
+    EndpointRecord,
+    EndpointStatus,
+)
 from shoal.core.ports import EndpointStore
 from shoal.server._owners import caller, require_owner
 from shoal.server._wire_endpoints import (
@@ -47,7 +52,13 @@ def endpoint_files_guard(store: EndpointStore) -> Callable[[Request, str, str], 
     return guard
 
 
-def endpoint_routes(store: EndpointStore) -> APIRouter:  # noqa: C901 - a closure per route
+#: Called with the record and the instance a client records: raises for an address it may
+#: not record (``ServerEndpoints.check_instance``: one its runtime did not report).
+InstanceGuard = Callable[[EndpointRecord, EndpointInstance], None]
+
+
+def endpoint_routes(store: EndpointStore,  # noqa: C901 - a closure per route
+                    instance_guard: InstanceGuard | None = None) -> APIRouter:
     api = APIRouter(tags=["endpoints"])
 
     def own(request: Request, name: str, action: str) -> None:
@@ -91,8 +102,12 @@ def endpoint_routes(store: EndpointStore) -> APIRouter:  # noqa: C901 - a closur
     @api.put(_ENDPOINT + "/instances/{index}", status_code=204)
     def put_endpoint_instance(name: str, index: Index, body: InstanceIn,
                               request: Request) -> None:
-        own(request, name, "change")
-        store.put_endpoint_instance(name, body.instance(index))
+        record = store.get_endpoint(name)
+        require_owner(request, record.owner, "change", f"endpoint {name!r}")
+        instance = body.instance(index)
+        if instance_guard is not None:
+            instance_guard(record, instance)
+        store.put_endpoint_instance(name, instance)
 
     @api.delete(_ENDPOINT + "/instances", status_code=204)
     def remove_endpoint_instances(name: str, request: Request) -> None:

@@ -198,7 +198,8 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
                      max_upload_bytes=session.settings.server_max_upload_bytes,
                      server_jobs=server_jobs,
                      server_endpoints=ServerEndpoints(session, store), users=store,
-                     console=server_console(session, jobs, store if auth else None))
+                     console=server_console(session, jobs, store if auth else None),
+                     max_invocation_bytes=session.settings.server_max_invocation_bytes)
     # One process, no websockets (no route needs them: their protocol module is then never
     # imported). One process also keeps TCP_NODELAY on accepted sockets: asyncio and uvloop
     # set it on the sockets of the server they create, while the sockets of uvicorn's

@@ -53,16 +53,19 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
                server_jobs: ServerJobs | None = None,
                server_endpoints: ServerEndpoints | None = None,
                users: AuthStore | None = None,
-               console: ASGIApp | None = None) -> ASGIApp:
+               console: ASGIApp | None = None,
+               max_invocation_bytes: int | None = None) -> ASGIApp:
     """The app over *runs* (and *jobs*, *endpoints*, *artifacts* when given: their routes
     are served only then); *auth* None serves without tokens (``--no-auth``, loopback). Uploads to
     *artifacts* spool in *upload_dir* (the system's temporary directory when None), up to
     *max_upload_bytes* each. *server_jobs*: jobs on the server's backend (launches, keys,
     waits, live logs, job tokens); *server_endpoints*: endpoints on the server's host (their
-    runtime's routes); *users*: the admin routes over users and tokens; *console*: the web
-    console (``shoal.console``), served at ``/console`` (and ``/`` leads there). With *jobs*,
-    job-status reads are answered in front of FastAPI (``server/_fastreads.py``); the FastAPI
-    app is then the returned app's ``app``."""
+    runtime's routes, and ``POST /endpoints/{name}/invocations`` to the model servers of
+    those it started, bodies up to *max_invocation_bytes*: 6 MiB when None); *users*: the
+    admin routes over users and tokens; *console*: the web console (``shoal.console``), served
+    at ``/console`` (and ``/`` leads there). With *jobs*, job-status reads are answered in
+    front of FastAPI (``server/_fastreads.py``); the FastAPI app is then the returned app's
+    ``app``."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -86,7 +89,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if jobs is not None:
         authorized.include_router(job_routes(jobs))
     if endpoints is not None:
-        authorized.include_router(endpoint_routes(endpoints))
+        authorized.include_router(endpoint_routes(endpoints, instance_guard=(
+            None if server_endpoints is None else server_endpoints.check_instance)))
     if artifacts is not None:
         guard = None if endpoints is None else endpoint_files_guard(endpoints)
         authorized.include_router(artifact_routes(artifacts, upload_dir=upload_dir,
@@ -106,8 +110,16 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         authorized.include_router(maintenance_routes(server_jobs.session))
     if server_endpoints is not None:
         from shoal.server._endpoint_runtime import runtime_routes
+        from shoal.server._invocations import (
+            DEFAULT_MAX_INVOCATION_BYTES,
+            Invoker,
+            invocation_routes,
+        )
 
         authorized.include_router(runtime_routes(server_endpoints))
+        authorized.include_router(invocation_routes(Invoker(
+            server_endpoints.store, started_here=server_endpoints.sealed,
+            max_bytes=max_invocation_bytes or DEFAULT_MAX_INVOCATION_BYTES)))
     app.include_router(authorized, prefix=API_PREFIX)
     if console is not None:
         app.mount(CONSOLE_PREFIX, console)

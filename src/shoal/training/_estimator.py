@@ -25,7 +25,13 @@ from shoal.errors import InvalidArgumentError
 from shoal.image_uris import parse_image_uri
 from shoal.jobs.options import JobOptions, job_spec, new_job_name
 from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
-from shoal.training._inputs import check_input_mode, resolve_channels
+from shoal.training._inputs import (
+    UploadProgress,
+    check_input_mode,
+    local_files,
+    resolve_channels,
+    ship_local_channels,
+)
 from shoal.training._job import TrainingJob
 from shoal.training.models import VPC_CONFIG_DEFAULT, vpc_config
 
@@ -260,9 +266,13 @@ class Estimator:
             ) -> None:
         """Check the inputs, submit the training job and (with *wait*) follow it to its end,
         printing its log unless *logs* is False or ``"None"``."""
-        channels = resolve_channels(self._with_model_channel(inputs),
-                                    input_mode=self.input_mode)
         session = self.sagemaker_session
+        remote = session.settings.server_url is not None
+        channels = resolve_channels(self._with_model_channel(inputs),
+                                    input_mode=self.input_mode,
+                                    store=session.artifacts if remote else None)
+        if remote:
+            self._check_remote_outputs(session)
         name = self._job_name(job_name)
         run = self._run_context(experiment_config)
         self._check_volume(session)
@@ -273,14 +283,50 @@ class Estimator:
             requirements = self._env_requirements()
             if requirements is not None:
                 files["env/requirements.txt"] = requirements.encode()
+            if remote:  # the job runs on the server's host: what it reads from here goes up
+                files.update(self._client_files(name, channels, session))
             spec = self._spec(name, channels, session, run, requirements)
-            record = session.jobs.submit_script(spec, files)
+            record = session.jobs.submit_script(spec, files,
+                                                on_file=UploadProgress(name, files))
         if run is not None:
             session.runs.link_run_job(run.experiment_name, run.run_name, name)
         self.latest_training_job = TrainingJob(self, record.name)
         self._current_job_name = record.name
         if wait:
             self.latest_training_job.wait(logs=logs not in (False, None, "None"))
+
+    def _client_files(self, name: str, channels: dict[str, Any],
+                      session: Session) -> dict[str, Path]:
+        """Through a team server: the files on this machine the job reads (its channels'
+        local data), to upload under the job's prefix; the channels then name them there."""
+        return ship_local_channels(channels, name, session.artifacts)
+
+    def _check_remote_outputs(self, session: Session) -> None:
+        """Through a team server the job runs on its host: an output or checkpoint location
+        on this machine would be a path of that host's; refused, saying what to give."""
+        root = session.artifacts.root.rstrip("/") + "/"
+        for setting, value in (("output_path", self.output_path),
+                               ("checkpoint_s3_uri", self.checkpoint_s3_uri)):
+            if not value:
+                continue
+            local = "://" not in value or value.startswith("file://")
+            if local and not (value.rstrip("/") + "/").startswith(root):
+                raise InvalidArgumentError(
+                    f"{setting}={value!r} is a path on this machine, but through a team server "
+                    f"the job runs on the server's host and would write there instead; leave "
+                    f"{setting} unset (the job's files go under its prefix in the server's "
+                    f"store, {session.artifacts.root}) or give a URL the server writes to (in "
+                    "its store, or s3://...)", argument=setting, value=value)
+
+    @staticmethod
+    def _ship_path(name: str, path: Path, rel: str, what: str,
+                   session: Session) -> tuple[str, dict[str, Path]]:
+        """The files of a local *path* the job reads, to go up under ``<name>/<rel>/``, and
+        the store URI the job then reads them at (a directory's prefix, or the file)."""
+        from shoal.storage.artifacts import job_key
+
+        where, files = local_files(path, rel, what)
+        return session.artifacts.uri(job_key(name, *where.split("/"))), files
 
     def _with_model_channel(self, inputs: Any) -> Any:
         """SageMaker's ``model_uri``: one more channel, ``model_channel_name`` ("model")."""

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._internal.extras import require_for_url
 from shoal.core.inert import given
 from shoal.errors import InvalidArgumentError
 
-__all__ = ["TrainingInput", "check_input_mode", "resolve_channels"]
+if TYPE_CHECKING:
+    from shoal.core.ports import ArtifactStore
+
+__all__ = ["TrainingInput", "UploadProgress", "check_input_mode", "local_files",
+           "resolve_channels", "ship_local_channels"]
+
+#: Uploads larger than this (in all) report their progress on stderr.
+PROGRESS_BYTES = 8 * 1024 * 1024
 
 _INERT_INPUT = ("hub_access_config", "model_access_config", "shuffle_config", "instance_groups",
                 "attribute_names", "target_attribute_name", "compression")
@@ -75,9 +83,12 @@ def _as_uri(where: str) -> str:
     return Path(where).expanduser().resolve().as_uri()
 
 
-def resolve_channels(inputs: Any, input_mode: str = "File") -> dict[str, dict[str, Any]]:
+def resolve_channels(inputs: Any, input_mode: str = "File", *,
+                     store: ArtifactStore | None = None) -> dict[str, dict[str, Any]]:
     """``fit(inputs)`` → ``{channel: {"uri", ...}}``; every channel is checked to exist now.
-    *input_mode* is the estimator's, for channels that do not set their own."""
+    *input_mode* is the estimator's, for channels that do not set their own. *store*: a team
+    server's artifact store, through which a URI inside it is checked (it need not be on
+    this machine); others are checked from here."""
     if inputs is None:
         return {}
     if isinstance(inputs, (str, os.PathLike, TrainingInput)):
@@ -97,7 +108,7 @@ def resolve_channels(inputs: Any, input_mode: str = "File") -> dict[str, dict[st
             raise InvalidArgumentError(f"channel {name!r}: expected a URI or TrainingInput, got "
                                        f"{type(where).__name__}", channel=name)
         uri = _as_uri(os.fspath(where))
-        _check_exists(name, uri)
+        _check_exists(name, uri, store)
         channels[name] = {
             "uri": uri, "content_type": ti.content_type if ti else None,
             "input_mode": (ti.input_mode if ti else None) or input_mode,
@@ -109,9 +120,22 @@ def resolve_channels(inputs: Any, input_mode: str = "File") -> dict[str, dict[st
     return channels
 
 
-def _check_exists(name: str, uri: str) -> None:
+def _store_key(store: ArtifactStore, uri: str) -> str | None:
+    """*uri*'s key in *store*, or None when it is not inside it."""
+    root = store.root.rstrip("/") + "/"
+    return uri[len(root):].strip("/") if uri.startswith(root) and uri != root else None
+
+
+def _check_exists(name: str, uri: str, store: ArtifactStore | None = None) -> None:
     import fsspec.core
 
+    key = None if store is None else _store_key(store, uri)
+    if store is not None and key is not None:
+        if not store.exists(key) and not store.list_keys(key + "/"):
+            raise InvalidArgumentError(f"channel {name!r}: {uri} does not exist in the "
+                                       "server's artifact store; nothing was started",
+                                       channel=name, uri=uri)
+        return
     require_for_url(uri, f"channel {name!r} ({uri})")
     try:
         fs, path = fsspec.core.url_to_fs(uri)
@@ -126,3 +150,74 @@ def _check_exists(name: str, uri: str) -> None:
     if not found:
         raise InvalidArgumentError(f"channel {name!r}: {uri} does not exist; nothing was "
                                    "started", channel=name, uri=uri)
+
+
+def local_files(path: Path, rel: str, what: str) -> tuple[str, dict[str, Path]]:
+    """The files of the local *path* (a file, or a directory's files, links followed) as
+    ``{rel/...: file}``, and the key (below the job) that stands for them: *rel* for a
+    directory, ``rel/<name>`` for a file (where a job's channel stages it)."""
+    if path.is_file():
+        return f"{rel}/{path.name}", {f"{rel}/{path.name}": path}
+    if not path.is_dir():
+        raise InvalidArgumentError(f"{what}: {path} does not exist (or is not a file or a "
+                                   "directory); nothing was started", path=str(path))
+    files: dict[str, Path] = {}
+    for root, _dirs, names in os.walk(path, followlinks=True):
+        for file in sorted(names):
+            full = Path(root) / file
+            if full.is_file():
+                files[f"{rel}/{full.relative_to(path).as_posix()}"] = full
+    if not files:
+        raise InvalidArgumentError(f"{what}: the directory {path} holds no files, so there is "
+                                   "nothing to upload to the server; nothing was started",
+                                   path=str(path))
+    return rel, files
+
+
+def ship_local_channels(channels: dict[str, dict[str, Any]], job: str,
+                        store: ArtifactStore) -> dict[str, Path]:
+    """Through a team server: the files of every channel on this machine (a ``file://`` URI
+    outside the server's *store*), to go up under ``<job>/input/data/<channel>/``; each such
+    channel's ``uri`` becomes the store's, so the job reads what was uploaded, never a path
+    of the client's disk (which may exist on the server's host by chance)."""
+    from shoal.storage.artifacts import job_key
+
+    files: dict[str, Path] = {}
+    for name, channel in channels.items():
+        uri = str(channel["uri"])
+        if not uri.startswith("file://") or _store_key(store, uri) is not None:
+            continue
+        where, more = local_files(Path(uri[len("file://"):]), f"input/data/{name}",
+                                  f"channel {name!r} ({uri})")
+        files.update(more)
+        channel["uri"] = store.uri(job_key(job, *where.split("/")))
+    return files
+
+
+class UploadProgress:
+    """``on_file`` for ``JobService.submit_script``: past ``PROGRESS_BYTES`` in all, a line
+    on stderr as each tenth of the bytes goes up (and at the end)."""
+
+    def __init__(self, job: str, files: Mapping[str, bytes | Path],
+                 write: Callable[[str], Any] | None = None) -> None:
+        self.job = job
+        self.total = sum(len(v) if isinstance(v, bytes) else v.stat().st_size
+                         for v in files.values())
+        self.sent = 0
+        self._shown = 0
+        self._write = write or _to_stderr
+
+    def __call__(self, rel: str, size: int) -> None:
+        self.sent += size
+        if self.total < PROGRESS_BYTES:
+            return
+        tenth = self.sent * 10 // self.total
+        if tenth > self._shown:
+            self._shown = int(tenth)
+            self._write(f"[shoal] job {self.job}: uploaded {self.sent / 1e6:.1f} of "
+                        f"{self.total / 1e6:.1f} MB ({rel})")
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
