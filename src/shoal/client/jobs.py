@@ -182,6 +182,14 @@ class HttpJobStore:
         return [bool(b) for b in self._http.call("POST", "/job-transitions", json={
             "changes": [_change(c) for c in changes]})]
 
+    def update_jobs_with_files(self, changes: Sequence[JobChange],
+                               files: Mapping[str, bytes]) -> list[bool]:
+        """``OutcomeRecorder``: the files and the changes in one ``POST /job-transitions``
+        (the server stores the files first)."""
+        return [bool(b) for b in self._http.call("POST", "/job-transitions", json={
+            "changes": [_change(c) for c in changes],
+            "files": {k: _b64(v) for k, v in files.items()}})]
+
     def set_handle(self, name: str, handle: Handle) -> None:
         self._http.call("PUT", _job(name) + "/handle", json={"handle": dict(handle)})
 

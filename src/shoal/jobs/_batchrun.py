@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 from shoal.core.ports import JobQuery
 from shoal.core.secrets import mask_text
-from shoal.jobs._batchfiles import read_batch, write_outcomes
+from shoal.jobs._batchfiles import outcome_files, read_batch
 from shoal.jobs._batchoutput import MarkedOutput
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._outcomes import Outcome, ended_by_shoal, killed_text
@@ -496,10 +496,13 @@ class BatchRun:
         pending, self._pending = self._pending, _Pending()
         try:
             outcomes = [(name, p[0], p[1]) for _, name, p in pending.ends if p is not None]
-            if outcomes:  # parts are numbered 1, 2... without gaps: readers look in order
-                write_outcomes(self._svc.artifacts, self._batch, self._part + 1, outcomes)
+            # Parts are numbered 1, 2... without gaps: readers look in order. Each is stored
+            # before the ends it holds are recorded (with them, through a team server).
+            files = outcome_files(self._batch, self._part + 1, outcomes) if outcomes else {}
+            applied = self._svc.advance_many(pending.changes, files=files) \
+                if pending.changes or files else []
+            if outcomes:
                 self._part += 1
-            applied = self._svc.advance_many(pending.changes) if pending.changes else []
         except BaseException:
             self._pending = pending  # nothing was recorded: still to do
             raise

@@ -110,6 +110,9 @@ class ChangeIn(BaseModel):
 
 class ChangesIn(BaseModel):
     changes: list[ChangeIn]
+    #: Files stored before the changes are applied (artifact key -> base64): a batch's
+    #: outcome part with its jobs' ends (``OutcomeRecorder``).
+    files: dict[str, str] = Field(default_factory=dict)
 
 
 class HandleIn(BaseModel):
