@@ -378,7 +378,7 @@ def test_a_warm_call_through_the_server_is_three_requests_of_the_client(team, mo
         assert team.jobs.outcome(record) in {1, 2, 3}
 
 
-def test_the_batch_launch_and_files_with_transitions_store_only_their_own_files(shoal_server):
+def test_the_batch_launch_take_and_files_with_transitions_reach_only_their_own(shoal_server):
     """``POST /launches/batch`` stores only its batch's files and function pickles under their
     digest, before recording anything; files sent with transitions go only where their sender
     may write (a job token: its own jobs' and batch's keys)."""
@@ -410,6 +410,11 @@ def test_the_batch_launch_and_files_with_transitions_store_only_their_own_files(
             http.call("POST", "/job-transitions", json={
                 "changes": [change], "files": {f"{theirs.name}/results/x": "AA=="}})
         assert HttpJobStore(http).get_job(mine.name).status == JobStatus.PENDING  # unchanged
+        with pytest.raises(PermissionDeniedError, match="calls of batch"):  # not its batch
+            HttpJobStore(http).take_batch([mine.name], {"pid": 1}, "260101-000000-bbbbbbbbbbbb")
+        with pytest.raises(PermissionDeniedError, match=theirs.name):
+            HttpJobStore(http).take_batch([theirs.name], {"pid": 1}, "260101-000000-bbbbbbbbbbbb")
+        assert HttpJobStore(http).get_job(mine.name).handle == {}  # nothing was taken
         assert http.call("POST", "/job-transitions", json={
             "changes": [change], "files": {f"{mine.name}/results/x": "aGk="}}) == [True]
     with ServerConnection(shoal_server.url, alice) as http:

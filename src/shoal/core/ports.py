@@ -28,7 +28,7 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
-           "BatchLauncher", "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
+           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
            "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "OutcomeRecorder",
            "RunStore",
            "SupervisorLoss", "WarmPoolHost", "WarmWorkerEndpoint"]
@@ -404,6 +404,18 @@ class BatchLauncher(Protocol):
         ``(records, info, None)``, or ``(records, None, why)`` when the files could not be
         stored or the supervisor not started, the jobs then recorded failed saying why. A
         supervisor that is not a warm worker has its handle recorded on the jobs."""
+        ...
+
+
+@runtime_checkable
+class BatchTaker(Protocol):
+    """A job store that hands a batch's supervisor what it needs in one call (a team server:
+    its handle on the jobs, the first job's record and the batch's calls, one request)."""
+
+    def take_batch(self, names: Sequence[str], handle: Handle, batch: str
+                   ) -> tuple[dict[str, JobStatus], JobRecord, bytes]:
+        """``set_handles(names, handle)``'s statuses, ``get_job(names[0])`` read after it,
+        and the bytes of batch *batch*'s calls file (``jobs/_batchfiles.py``)."""
         ...
 
 

@@ -35,7 +35,7 @@ from shoal.core.ports import ArtifactStore
 from shoal.errors import ArtifactNotFound
 from shoal.serialization import Payload
 
-__all__ = ["BatchPayloads", "batch_files", "find_outcome", "is_batch_file", "is_function_key",
+__all__ = ["BatchPayloads", "batch_files", "calls_key", "find_outcome", "is_batch_file", "is_function_key",
            "job_payload", "new_batch_id", "outcome_files", "read_batch", "write_batch",
            "write_outcomes"]
 
@@ -113,10 +113,17 @@ class BatchPayloads:
     jobs: dict[str, tuple[bytes, bytes, bytes]]
 
 
-def read_batch(artifacts: ArtifactStore, batch: str, *, cache: dict[str, bytes] | None = None
-               ) -> BatchPayloads:
-    """Read a batch's payloads (*cache*: function pickles by digest, kept by the caller)."""
-    index, blobs = _unpack(artifacts.get_bytes(_batch_key(batch, "calls.pkl")))
+def calls_key(batch: str) -> str:
+    """The key of a batch's calls file."""
+    return _batch_key(batch, "calls.pkl")
+
+
+def read_batch(artifacts: ArtifactStore, batch: str, *, cache: dict[str, bytes] | None = None,
+               calls: bytes | None = None) -> BatchPayloads:
+    """Read a batch's payloads (*cache*: function pickles by digest, kept by the caller;
+    *calls*: the calls file's bytes, when they came already)."""
+    index, blobs = _unpack(artifacts.get_bytes(_batch_key(batch, "calls.pkl"))
+                           if calls is None else calls)
     sha = str(index["function"])
     function = cache.get(sha) if cache is not None else None
     if function is None:

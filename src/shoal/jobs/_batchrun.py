@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
-from shoal.core.ports import JobQuery
+from shoal.core.ports import BatchTaker, JobQuery
 from shoal.core.secrets import mask_text
 from shoal.jobs._batchfiles import outcome_files, read_batch
 from shoal.jobs._batchoutput import MarkedOutput
@@ -146,13 +146,20 @@ class BatchRun:
     def _take(self) -> bool:
         """Say who supervises the batch's jobs; load what the pending ones need."""
         svc = self._svc
-        statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
+        calls = None
+        if isinstance(svc.metadata, BatchTaker):  # through a team server: one request
+            statuses, first, calls = svc.metadata.take_batch(self._names, _own_handle(self._sup),
+                                                             self._batch)
+        else:
+            statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
+            first = svc.get(self._names[0])
         # Its secret variables decrypted: the same in every job of the batch.
-        self._template = svc.unseal(svc.get(self._names[0]))
+        self._template = svc.unseal(first)
         self._hidden = hidden_values(self._template.spec)
         todo = [n for n in self._names if statuses[n] == JobStatus.PENDING]
         keys = {n: payload_key(svc.job_secret(n)) for n in todo}
-        payloads = read_batch(svc.artifacts, self._batch, cache=_FUNCTIONS) if todo else None
+        payloads = read_batch(svc.artifacts, self._batch, cache=_FUNCTIONS, calls=calls) \
+            if todo else None
         self._function = payloads.function if payloads else b""
         for index, name in enumerate(self._names):
             status = statuses[name]

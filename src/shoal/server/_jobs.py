@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from shoal.core.jobs import JobSpec, JobStatus
 from shoal.core.ports import ArtifactStore, JobQuery, JobStore
 from shoal.errors import InvalidArgumentError, PermissionDeniedError
+from shoal.jobs.batchclient import calls_key
 from shoal.server._auth import job_token_of, require_jobs
 from shoal.server._owners import caller, require_owner
 from shoal.server._wire_jobs import (
@@ -26,6 +27,8 @@ from shoal.server._wire_jobs import (
     JobOut,
     PayloadOut,
     PayloadsIn,
+    TakeIn,
+    TakeOut,
     UpdateIn,
 )
 
@@ -160,6 +163,26 @@ def job_routes(store: JobStore,  # noqa: C901 - one small closure per route
     def set_handles(body: HandlesIn, request: Request) -> dict[str, JobStatus]:
         own(request, body.names, "change")
         return store.set_handles(body.names, body.handle)
+
+    @api.put("/job-handles/take")
+    def take_batch(body: TakeIn, request: Request) -> TakeOut:
+        """``BatchTaker``: a batch's supervisor takes its jobs, reads the first one's record
+        and the batch's calls in one request (each as its own route would allow it)."""
+        own(request, body.names, "change")
+        if not body.names:
+            raise InvalidArgumentError("PUT /job-handles/take needs the batch's job names")
+        if artifacts is None:
+            raise InvalidArgumentError("this server keeps no artifacts: a batch's calls "
+                                       "cannot be read from it")
+        key = calls_key(body.batch)
+        job = job_token_of(request)
+        if job is not None and not job.may_touch_key(key, write=False):
+            raise PermissionDeniedError(
+                f"the job token of {job.shown} may not read the calls of batch "
+                f"{body.batch!r}: only its own batch's", key=key, action="read")
+        statuses = store.set_handles(body.names, body.handle)
+        return TakeOut(statuses=statuses, record=JobOut.of(store.get_job(body.names[0])),
+                       calls=base64.b64encode(artifacts.get_bytes(key)).decode("ascii"))
 
     @api.post("/job-deletions")
     def delete_jobs(body: DeleteIn, request: Request) -> list[str]:
