@@ -36,8 +36,7 @@ from shoal.errors import ArtifactNotFound
 from shoal.serialization import Payload
 
 __all__ = ["BatchPayloads", "batch_files", "calls_key", "find_outcome", "is_batch_file", "is_function_key",
-           "job_payload", "new_batch_id", "outcome_files", "read_batch", "write_batch",
-           "write_outcomes"]
+           "job_payload", "new_batch_id", "outcome_files", "read_batch", "write_batch"]
 
 FORMAT = 1
 
@@ -148,17 +147,11 @@ def job_payload(artifacts: ArtifactStore, batch: str, name: str, kind: str) -> P
     return Payload(adata, ameta)
 
 
-def write_outcomes(artifacts: ArtifactStore, batch: str, part: int,
-                   outcomes: Sequence[tuple[str, str, Payload]]) -> None:
-    """Store the results or exceptions (*outcomes*: ``(job, kind, payload)``) of jobs that
-    ended together, as part *part* (1, 2...) of the batch."""
-    for key, data in outcome_files(batch, part, outcomes).items():
-        artifacts.put_bytes(key, data)
-
-
 def outcome_files(batch: str, part: int, outcomes: Sequence[tuple[str, str, Payload]]
                   ) -> dict[str, bytes]:
-    """The file ``write_outcomes`` stores, key -> bytes."""
+    """The results or exceptions (*outcomes*: ``(job, kind, payload)``) of jobs that ended
+    together, as part *part* (1, 2...) of the batch: its one file, key -> bytes (stored
+    before those jobs' ends are recorded: ``JobService.advance_many(files=)``)."""
     index: dict[str, Any] = {}
     offset = 0
     for name, kind, payload in outcomes:
