@@ -421,3 +421,92 @@ def test_cancel_through_the_server_stops_the_job_on_its_host(team):
             future.result(timeout=60)
     with pytest.raises(Exception, match="no unfinished job has the supervisor"):
         team.jobs.backend.signal_stop({"backend": "local", "pid": 1, "host": "x"})
+
+
+# --- the warm path's requests (issue #20 performance) ----------------------------------------
+
+def _trivial(x):
+    return x + 1
+
+
+def test_a_warm_call_through_the_server_is_three_requests_of_the_client(team, monkeypatch):
+    """A warm ``submit(f, x).result()`` made four requests in a row before its job could
+    start (its secret, the records, the payload file, the launch) and then long-polled; now
+    the records, the batch's files and the launch are one ``POST /launches/batch``, and the
+    worker stores its result with its jobs' ends (``POST /job-transitions`` with files)."""
+    from shoal import RemoteExecutor
+
+    connection = team.server_connection()
+    calls: list[tuple[str, str]] = []
+    real = connection.call
+
+    def counted(method, path, **kwargs):
+        calls.append((method, path))
+        return real(method, path, **kwargs)
+
+    with RemoteExecutor(keep_alive_period_in_seconds=60, max_parallel_jobs=1) as e:
+        assert e.submit(_trivial, 1).result(timeout=120) == 2  # starts the warm worker
+        monkeypatch.setattr(connection, "call", counted)
+        assert [e.submit(_trivial, i).result(timeout=120) for i in range(3)] == [1, 2, 3]
+        monkeypatch.undo()
+    sent = [(m, p.split("/launches/")[0] + "/launches/*" if p.endswith("/messages") else p)
+            for m, p in calls]
+    assert sent.count(("POST", "/keys/job-secrets")) == 3
+    assert sent.count(("POST", "/launches/batch")) == 3
+    assert ("POST", "/job-batches") not in sent and ("POST", "/launches") not in sent
+    assert all(m == "GET" and p.startswith("/launches/") for m, p in sent
+               if (m, p) not in {("POST", "/keys/job-secrets"), ("POST", "/launches/batch")})
+    records = team.jobs.metadata.list_jobs(JobQuery(name_contains="trivial", limit=10))
+    assert len(records) == 4 and all(r.status == JobStatus.COMPLETED for r in records)
+    assert len({r.handle["pid"] for r in records}) == 1  # one warm worker took them all
+    for record in records:  # each result was stored with its end: read back from the store
+        assert team.jobs.outcome(record) in {1, 2, 3}
+
+
+def test_the_batch_launch_take_and_files_with_transitions_reach_only_their_own(shoal_server):
+    """``POST /launches/batch`` stores only its batch's files and function pickles under their
+    digest, before recording anything; files sent with transitions go only where their sender
+    may write (a job token: its own jobs' and batch's keys)."""
+    from shoal.client import HttpArtifactStore, HttpJobStore
+    from shoal.core import JobName, JobSpec
+    from shoal.errors import ArtifactNotFound, JobNotFound
+
+    alice = _token(shoal_server, "alice", "batch-files", "--scope", "write")
+    launch = {"job": "260101-000000-aaaaaaaaaaaa", "entrypoint": "shoal.session:supervisor_main",
+              "args": ["260101-000000-aaaaaaaaaaaa", "bf-job-1"], "batch": ["bf-job-1"]}
+    with ServerConnection(shoal_server.url, alice) as http:
+        jobs, artifacts = HttpJobStore(http), HttpArtifactStore(http)
+        with pytest.raises(InvalidArgumentError, match="'other-job/x.pkl'"):
+            http.call("POST", "/launches/batch", json={
+                "specs": [JobSpec(name=JobName("bf-job-1")).to_json()], "key_salts": ["00"],
+                "files": {"other-job/x.pkl": "AA=="}, "launch": launch})
+        with pytest.raises(InvalidArgumentError, match="_functions/"):  # not its digest
+            http.call("POST", "/launches/batch", json={
+                "specs": [JobSpec(name=JobName("bf-job-1")).to_json()], "key_salts": ["00"],
+                "files": {"_functions/" + "0" * 64 + "/payload.pkl": "AA=="}, "launch": launch})
+        assert jobs.find_job("bf-job-1") is None  # nothing was recorded
+        [mine, theirs] = jobs.create_jobs([JobSpec(name=JobName("bf-job-2")),
+                                           JobSpec(name=JobName("bf-job-3"))],
+                                          key_salts=["00", "01"], backend="local")
+    token = _job_tokens(shoal_server).mint("alice", [mine.name])
+    change = {"name": mine.name, "status": "failed", "reason": "test"}
+    with ServerConnection(shoal_server.url, token) as http:
+        with pytest.raises(PermissionDeniedError, match=f"{theirs.name}/results/x"):
+            http.call("POST", "/job-transitions", json={
+                "changes": [change], "files": {f"{theirs.name}/results/x": "AA=="}})
+        assert HttpJobStore(http).get_job(mine.name).status == JobStatus.PENDING  # unchanged
+        with pytest.raises(PermissionDeniedError, match="calls of batch"):  # not its batch
+            HttpJobStore(http).take_batch([mine.name], {"pid": 1}, "260101-000000-bbbbbbbbbbbb")
+        with pytest.raises(PermissionDeniedError, match=theirs.name):
+            HttpJobStore(http).take_batch([theirs.name], {"pid": 1}, "260101-000000-bbbbbbbbbbbb")
+        assert HttpJobStore(http).get_job(mine.name).handle == {}  # nothing was taken
+        assert http.call("POST", "/job-transitions", json={
+            "changes": [change], "files": {f"{mine.name}/results/x": "aGk="}}) == [True]
+    with ServerConnection(shoal_server.url, alice) as http:
+        artifacts = HttpArtifactStore(http)
+        assert artifacts.get_bytes(f"{mine.name}/results/x") == b"hi"
+        with pytest.raises(ArtifactNotFound):
+            artifacts.get_bytes(f"{theirs.name}/results/x")
+        assert HttpJobStore(http).get_job(mine.name).status == JobStatus.FAILED
+        with pytest.raises(JobNotFound):
+            HttpJobStore(http).get_job("bf-job-1")

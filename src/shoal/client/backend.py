@@ -18,13 +18,14 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from shoal.client.http import ServerConnection
+from shoal.core.jobs import JobRecord, JobSpec
 from shoal.core.ports import ExecContext, Handle, LaunchInfo
 from shoal.core.secrets import JOB_SECRETS_VAR
 from shoal.errors import ApiError, BackendUnavailableError, ServerUnreachableError
@@ -61,16 +62,30 @@ class HttpBackend:
             self._checked.add(digest)
 
     def launch(self, ctx: ExecContext) -> LaunchInfo:
-        body = {"job": ctx.job, "entrypoint": ctx.entrypoint, "args": list(ctx.args),
-                "env": _sent(ctx.env), "prepare": ctx.prepare, "pool": ctx.pool,
-                "keep_alive_seconds": ctx.keep_alive_seconds, "cpus": ctx.cpus,
-                "gpus": ctx.gpus, "memory_mib": ctx.memory_mib, "hosts": ctx.hosts,
-                "batch": list(ctx.batch)}
-        out = self._http.call("POST", "/launches", json=body)
+        out = self._http.call("POST", "/launches", json=_launch_body(ctx))
+        return self._info(ctx, out)
+
+    def _info(self, ctx: ExecContext, out: Mapping[str, Any]) -> LaunchInfo:
         waiter = _HttpWaiter(self._http, ctx.job) if out.get("warm") else None
         return LaunchInfo(str(out["backend"]), int(out["pid"]), str(out["host"]),
                           out.get("start_ticks"), waiter=waiter, extra=dict(out.get("extra")
                                                                             or {}))
+
+    def create_and_launch(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
+                          files: Mapping[str, bytes], ctx: ExecContext
+                          ) -> tuple[list[JobRecord], LaunchInfo | None, str | None]:
+        """``BatchLauncher``: ``POST /launches/batch``, the records, the batch's files and
+        the launch in one request (never retried: it is not idempotent)."""
+        from shoal.client.jobs import job_record
+
+        out = self._http.call("POST", "/launches/batch", json={
+            "specs": [s.to_json() for s in specs], "key_salts": list(key_salts),
+            "files": {k: base64.b64encode(v).decode("ascii") for k, v in files.items()},
+            "launch": _launch_body(ctx)})
+        records = [job_record(r) for r in out["records"]]
+        launched = out.get("launch")
+        return records, None if launched is None else self._info(ctx, launched), \
+            out.get("error")
 
     def is_alive(self, handle: Handle) -> bool | None:
         try:
@@ -86,6 +101,14 @@ class HttpBackend:
 
     def close(self) -> None:
         """Nothing of its own: the session closes the shared connection."""
+
+
+def _launch_body(ctx: ExecContext) -> dict[str, Any]:
+    return {"job": ctx.job, "entrypoint": ctx.entrypoint, "args": list(ctx.args),
+            "env": _sent(ctx.env), "prepare": ctx.prepare, "pool": ctx.pool,
+            "keep_alive_seconds": ctx.keep_alive_seconds, "cpus": ctx.cpus,
+            "gpus": ctx.gpus, "memory_mib": ctx.memory_mib, "hosts": ctx.hosts,
+            "batch": list(ctx.batch)}
 
 
 def _sent(env: Mapping[str, str]) -> dict[str, str]:

@@ -182,6 +182,23 @@ class HttpJobStore:
         return [bool(b) for b in self._http.call("POST", "/job-transitions", json={
             "changes": [_change(c) for c in changes]})]
 
+    def take_batch(self, names: Sequence[str], handle: Handle, batch: str
+                   ) -> tuple[dict[str, JobStatus], JobRecord, bytes]:
+        """``BatchTaker``: ``PUT /job-handles/take``, the handles set, the first job's
+        record and the batch's calls file in one request."""
+        out = self._http.call("PUT", "/job-handles/take", json={
+            "names": list(names), "handle": dict(handle), "batch": batch})
+        return ({str(n): JobStatus(s) for n, s in out["statuses"].items()},
+                job_record(out["record"]), base64.b64decode(out["calls"]))
+
+    def update_jobs_with_files(self, changes: Sequence[JobChange],
+                               files: Mapping[str, bytes]) -> list[bool]:
+        """``OutcomeRecorder``: the files and the changes in one ``POST /job-transitions``
+        (the server stores the files first)."""
+        return [bool(b) for b in self._http.call("POST", "/job-transitions", json={
+            "changes": [_change(c) for c in changes],
+            "files": {k: _b64(v) for k, v in files.items()}})]
+
     def set_handle(self, name: str, handle: Handle) -> None:
         self._http.call("PUT", _job(name) + "/handle", json={"handle": dict(handle)})
 

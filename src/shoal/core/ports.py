@@ -28,8 +28,9 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
-           "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
-           "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "RunStore",
+           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
+           "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "OutcomeRecorder",
+           "RunStore",
            "SupervisorLoss", "WarmPoolHost", "WarmWorkerEndpoint"]
 
 
@@ -385,6 +386,49 @@ class LossReporter(Protocol):
     def supervisor_loss(self, handle: Handle) -> SupervisorLoss | None:
         """How the (gone) supervisor of *handle* was lost; None when the backend cannot
         tell. May raise BackendUnavailableError while the cluster does not answer."""
+        ...
+
+
+@runtime_checkable
+class BatchLauncher(Protocol):
+    """A backend that records a batch's jobs, stores their payload files and starts their
+    supervisor in one call (a team server: one request instead of three, ``POST
+    /launches/batch``). ``JobService.submit_batch`` uses it where the backend has it."""
+
+    def create_and_launch(self, specs: Sequence[JobSpec], *, key_salts: Sequence[str],
+                          files: Mapping[str, bytes], ctx: ExecContext
+                          ) -> tuple[list[JobRecord], LaunchInfo | None, str | None]:
+        """Record *specs* (``JobStore.create_jobs``), store *files* (artifact key -> bytes)
+        and launch *ctx*. Raises, recording nothing, when the records cannot be created
+        (``AlreadyExistsError`` naming the taken names, as ``create_jobs``). Once they are:
+        ``(records, info, None)``, or ``(records, None, why)`` when the files could not be
+        stored or the supervisor not started, the jobs then recorded failed saying why. A
+        supervisor that is not a warm worker has its handle recorded on the jobs."""
+        ...
+
+
+@runtime_checkable
+class BatchTaker(Protocol):
+    """A job store that hands a batch's supervisor what it needs in one call (a team server:
+    its handle on the jobs, the first job's record and the batch's calls, one request)."""
+
+    def take_batch(self, names: Sequence[str], handle: Handle, batch: str
+                   ) -> tuple[dict[str, JobStatus], JobRecord, bytes]:
+        """``set_handles(names, handle)``'s statuses, ``get_job(names[0])`` read after it,
+        and the bytes of batch *batch*'s calls file (``jobs/_batchfiles.py``)."""
+        ...
+
+
+@runtime_checkable
+class OutcomeRecorder(Protocol):
+    """A job store that stores files with a transaction of changes in one call (a team
+    server: a batch's outcome file and its jobs' ends, one request)."""
+
+    def update_jobs_with_files(self, changes: Sequence[JobChange],
+                               files: Mapping[str, bytes]) -> list[bool]:
+        """Store *files* (artifact key -> bytes, each atomically, all before any change),
+        then ``update_jobs(changes)``; which changes were applied. Nothing is changed when a
+        file could not be stored."""
         ...
 
 

@@ -35,8 +35,8 @@ from shoal.core.ports import ArtifactStore
 from shoal.errors import ArtifactNotFound
 from shoal.serialization import Payload
 
-__all__ = ["BatchPayloads", "find_outcome", "job_payload", "new_batch_id",
-           "read_batch", "write_batch", "write_outcomes"]
+__all__ = ["BatchPayloads", "batch_files", "calls_key", "find_outcome", "is_batch_file", "is_function_key",
+           "job_payload", "new_batch_id", "outcome_files", "read_batch", "write_batch"]
 
 FORMAT = 1
 
@@ -66,19 +66,41 @@ def write_batch(artifacts: ArtifactStore, batch: str, function: Payload,
                 jobs: Sequence[tuple[str, Payload, Payload]], *, known: set[str]) -> None:
     """Store a batch: *jobs* are ``(name, function payload signed for it, arguments)``.
     *known* holds the function digests this process already stored (it is updated)."""
+    files, sha = batch_files(batch, function, jobs, known=known)
+    fn_key = _function_key(sha)
+    if fn_key in files and not artifacts.exists(fn_key):
+        artifacts.put_bytes(fn_key, files[fn_key])
+    known.add(sha)
+    calls = _batch_key(batch, "calls.pkl")
+    artifacts.put_bytes(calls, files[calls])
+
+
+def batch_files(batch: str, function: Payload, jobs: Sequence[tuple[str, Payload, Payload]],
+                *, known: set[str]) -> tuple[dict[str, bytes], str]:
+    """The files of a batch (``write_batch``), key -> bytes, the function's pickle only when
+    its digest is not in *known*; and that digest (the caller adds it to *known* once the
+    files are stored)."""
     sha = hashlib.sha256(function.data).hexdigest()
-    if sha not in known:
-        if not artifacts.exists(_function_key(sha)):
-            artifacts.put_bytes(_function_key(sha), function.data)
-        known.add(sha)
+    files = {} if sha in known else {_function_key(sha): function.data}
     index: dict[str, Any] = {}
     offset = 0
     for name, fn, args in jobs:
         index[name] = {"function": fn.metadata.decode(), "offset": offset,
                        "size": len(args.data), "arguments": args.metadata.decode()}
         offset += len(args.data)
-    artifacts.put_bytes(_batch_key(batch, "calls.pkl"), _pack(
-        {"format": FORMAT, "function": sha, "jobs": index}, [a.data for _, _, a in jobs]))
+    files[_batch_key(batch, "calls.pkl")] = _pack(
+        {"format": FORMAT, "function": sha, "jobs": index}, [a.data for _, _, a in jobs])
+    return files, sha
+
+
+def is_function_key(key: str, data: bytes) -> bool:
+    """Whether *key* is the content-addressed key of the function pickle *data*."""
+    return key == _function_key(hashlib.sha256(data).hexdigest())
+
+
+def is_batch_file(key: str, batch: str) -> bool:
+    """Whether *key* is one of batch *batch*'s own files (calls, outcome parts)."""
+    return key.startswith(_batch_key(batch, "")) and "/" not in key[len(_batch_key(batch, "")):]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +112,17 @@ class BatchPayloads:
     jobs: dict[str, tuple[bytes, bytes, bytes]]
 
 
-def read_batch(artifacts: ArtifactStore, batch: str, *, cache: dict[str, bytes] | None = None
-               ) -> BatchPayloads:
-    """Read a batch's payloads (*cache*: function pickles by digest, kept by the caller)."""
-    index, blobs = _unpack(artifacts.get_bytes(_batch_key(batch, "calls.pkl")))
+def calls_key(batch: str) -> str:
+    """The key of a batch's calls file."""
+    return _batch_key(batch, "calls.pkl")
+
+
+def read_batch(artifacts: ArtifactStore, batch: str, *, cache: dict[str, bytes] | None = None,
+               calls: bytes | None = None) -> BatchPayloads:
+    """Read a batch's payloads (*cache*: function pickles by digest, kept by the caller;
+    *calls*: the calls file's bytes, when they came already)."""
+    index, blobs = _unpack(artifacts.get_bytes(_batch_key(batch, "calls.pkl"))
+                           if calls is None else calls)
     sha = str(index["function"])
     function = cache.get(sha) if cache is not None else None
     if function is None:
@@ -118,18 +147,19 @@ def job_payload(artifacts: ArtifactStore, batch: str, name: str, kind: str) -> P
     return Payload(adata, ameta)
 
 
-def write_outcomes(artifacts: ArtifactStore, batch: str, part: int,
-                   outcomes: Sequence[tuple[str, str, Payload]]) -> None:
-    """Store the results or exceptions (*outcomes*: ``(job, kind, payload)``) of jobs that
-    ended together, as part *part* (1, 2...) of the batch."""
+def outcome_files(batch: str, part: int, outcomes: Sequence[tuple[str, str, Payload]]
+                  ) -> dict[str, bytes]:
+    """The results or exceptions (*outcomes*: ``(job, kind, payload)``) of jobs that ended
+    together, as part *part* (1, 2...) of the batch: its one file, key -> bytes (stored
+    before those jobs' ends are recorded: ``JobService.advance_many(files=)``)."""
     index: dict[str, Any] = {}
     offset = 0
     for name, kind, payload in outcomes:
         index[name] = {"kind": kind, "offset": offset, "size": len(payload.data),
                        "metadata": payload.metadata.decode()}
         offset += len(payload.data)
-    artifacts.put_bytes(_batch_key(batch, f"outcomes-{part}.pkl"), _pack(
-        {"format": FORMAT, "jobs": index}, [p.data for _, _, p in outcomes]))
+    return {_batch_key(batch, f"outcomes-{part}.pkl"): _pack(
+        {"format": FORMAT, "jobs": index}, [p.data for _, _, p in outcomes])}
 
 
 def find_outcome(artifacts: ArtifactStore, batch: str, name: str) -> tuple[str, Payload] | None:

@@ -32,9 +32,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
-from shoal.core.ports import JobQuery
+from shoal.core.ports import BatchTaker, JobQuery
 from shoal.core.secrets import mask_text
-from shoal.jobs._batchfiles import read_batch, write_outcomes
+from shoal.jobs._batchfiles import outcome_files, read_batch
 from shoal.jobs._batchoutput import MarkedOutput
 from shoal.jobs._entrypoint import EXIT_OK, EXIT_RAISED, EXIT_REFUSED
 from shoal.jobs._outcomes import Outcome, ended_by_shoal, killed_text
@@ -146,13 +146,20 @@ class BatchRun:
     def _take(self) -> bool:
         """Say who supervises the batch's jobs; load what the pending ones need."""
         svc = self._svc
-        statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
+        calls = None
+        if isinstance(svc.metadata, BatchTaker):  # through a team server: one request
+            statuses, first, calls = svc.metadata.take_batch(self._names, _own_handle(self._sup),
+                                                             self._batch)
+        else:
+            statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
+            first = svc.get(self._names[0])
         # Its secret variables decrypted: the same in every job of the batch.
-        self._template = svc.unseal(svc.get(self._names[0]))
+        self._template = svc.unseal(first)
         self._hidden = hidden_values(self._template.spec)
         todo = [n for n in self._names if statuses[n] == JobStatus.PENDING]
         keys = {n: payload_key(svc.job_secret(n)) for n in todo}
-        payloads = read_batch(svc.artifacts, self._batch, cache=_FUNCTIONS) if todo else None
+        payloads = read_batch(svc.artifacts, self._batch, cache=_FUNCTIONS, calls=calls) \
+            if todo else None
         self._function = payloads.function if payloads else b""
         for index, name in enumerate(self._names):
             status = statuses[name]
@@ -496,10 +503,13 @@ class BatchRun:
         pending, self._pending = self._pending, _Pending()
         try:
             outcomes = [(name, p[0], p[1]) for _, name, p in pending.ends if p is not None]
-            if outcomes:  # parts are numbered 1, 2... without gaps: readers look in order
-                write_outcomes(self._svc.artifacts, self._batch, self._part + 1, outcomes)
+            # Parts are numbered 1, 2... without gaps: readers look in order. Each is stored
+            # before the ends it holds are recorded (with them, through a team server).
+            files = outcome_files(self._batch, self._part + 1, outcomes) if outcomes else {}
+            applied = self._svc.advance_many(pending.changes, files=files) \
+                if pending.changes or files else []
+            if outcomes:
                 self._part += 1
-            applied = self._svc.advance_many(pending.changes) if pending.changes else []
         except BaseException:
             self._pending = pending  # nothing was recorded: still to do
             raise

@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Any
 from shoal.core.jobs import FailureKind, JobChange, JobStatus
 from shoal.core.ports import ExecContext, JobQuery
 from shoal.errors import ShoalError
+from shoal.jobs._batchfiles import (  # the server checks and reads keys
+    calls_key,
+    is_batch_file,
+    is_function_key,
+)
 from shoal.jobs.relaunch import supervisor_words
 from shoal.serialization import Payload, deserialize
 
@@ -18,7 +23,7 @@ if TYPE_CHECKING:
     from shoal.core.ports import JobWaiter, LaunchInfo
     from shoal.jobs.service import JobService
 
-__all__ = ["JobBatch"]
+__all__ = ["JobBatch", "calls_key", "is_batch_file", "is_function_key"]
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from shoal.core.jobs import (
 from shoal.core.ports import (
     ArtifactStore,
     Backend,
+    BatchLauncher,
     ExecContext,
     JobEnds,
     JobKeys,
@@ -31,6 +32,7 @@ from shoal.core.ports import (
     JobWaiter,
     LossReporter,
     MetricStore,
+    OutcomeRecorder,
 )
 from shoal.errors import (
     ArtifactNotFound,
@@ -323,6 +325,9 @@ class JobService:
                                what=f"arguments of {template.function_name!r}")
                      for key, (args, kwargs) in zip(keys, calls, strict=True)]
         batch = new_batch_id(self._clock.now())
+        if isinstance(self.backend, BatchLauncher):
+            return self._launch_batch_at_once(self.backend, batch, specs, sealed, function,
+                                              arguments, keys)
         records, secrets = self._create_batch(batch, specs, sealed)
         names = tuple(r.name for r in records)
         signed = keys
@@ -340,13 +345,7 @@ class JobService:
                                          reason=f"could not store the payloads of batch "
                                                 f"{batch}: {e}") for n in names])
             return JobBatch(self, names, keys, None)
-        keep = template.keep_alive_period_in_seconds
-        ctx = ExecContext(job=JobName(batch), entrypoint=self._entrypoint, args=(batch, *names),
-                          env=self._handover_env(dict(zip(names, secrets, strict=True))),
-                          prepare=self._prepare,
-                          pool=self._spec_pool_key(template, template.name) if keep else None,
-                          keep_alive_seconds=keep, cpus=template.cpus,
-                          gpus=template.gpus, memory_mib=template.memory_mib, batch=names)
+        ctx = self._batch_context(batch, template, names, secrets)
         try:
             info = self.backend.launch(ctx)
         except ShoalError as e:
@@ -359,6 +358,77 @@ class JobService:
         logger.info("batch %s of %d jobs submitted (supervisor: %s)", batch, len(names),
                     supervisor_words(info.to_json()))
         return JobBatch(self, names, keys, info, ctx)
+
+    def _batch_context(self, batch: str, template: JobSpec, names: Sequence[str],
+                       secrets: Sequence[str]) -> ExecContext:
+        """What starts (or hands over to) the supervisor of a batch."""
+        keep = template.keep_alive_period_in_seconds
+        return ExecContext(job=JobName(batch), entrypoint=self._entrypoint,
+                           args=(batch, *names),
+                           env=self._handover_env(dict(zip(names, secrets, strict=True))),
+                           prepare=self._prepare,
+                           pool=self._spec_pool_key(template, template.name) if keep else None,
+                           keep_alive_seconds=keep, cpus=template.cpus, gpus=template.gpus,
+                           memory_mib=template.memory_mib, batch=tuple(names))
+
+    def _launch_batch_at_once(self, launcher: BatchLauncher, batch: str,
+                              specs: Sequence[JobSpec],
+                              sealed: Sequence[tuple[JobSpec, str, str]], function: Payload,
+                              arguments: Sequence[Payload], signed: Sequence[str]) -> JobBatch:
+        """``submit_batch`` through a backend that records, stores and launches in one call
+        (a team server): the records, the batch's files and the launch go together."""
+        from shoal.errors import AlreadyExistsError
+        from shoal.jobs._batchfiles import batch_files
+        from shoal.jobs.batchclient import JobBatch
+
+        template = specs[0]
+        specs, sealed = list(specs), list(sealed)
+        attempts = 0
+        while True:
+            placed = [(dataclasses.replace(s, batch=BatchRef(batch, i)), salt, secret)
+                      for i, (s, salt, secret) in enumerate(sealed)]
+            names = tuple(s.name for s, _, _ in placed)
+            secrets = [secret for _, _, secret in placed]
+            keys = [payload_key(secret) for secret in secrets]
+            # A name that was taken was drawn again, with a new key: its arguments signed again.
+            signed_args = [a if k == was else resign(a, k)
+                           for a, k, was in zip(arguments, keys, signed, strict=True)]
+            files, sha = batch_files(batch, function,
+                                     [(n, resign(function, k), a) for n, k, a in
+                                      zip(names, keys, signed_args, strict=True)],
+                                     known=self._functions)
+            ctx = self._batch_context(batch, template, names, secrets)
+            try:
+                _, info, why = launcher.create_and_launch(
+                    [s for s, _, _ in placed], key_salts=[salt for _, salt, _ in placed],
+                    files=files, ctx=ctx)
+                break
+            except AlreadyExistsError as e:
+                taken = set(e.details.get("jobs") or ())
+                attempts += 1
+                if attempts == 5 or not taken:
+                    raise
+                self._redraw(specs, sealed, taken)
+        if info is None:
+            logger.warning("batch %s of %d jobs failed at its launch: %s", batch, len(names),
+                           why)
+            return JobBatch(self, names, keys, None)
+        self._functions.add(sha)
+        logger.info("batch %s of %d jobs submitted (supervisor: %s)", batch, len(names),
+                    supervisor_words(info.to_json()))
+        return JobBatch(self, names, keys, info, ctx)
+
+    def _redraw(self, specs: list[JobSpec], sealed: list[tuple[JobSpec, str, str]],
+                taken: set[str]) -> None:
+        """Draw again the generated names in *taken* (six random hex digits per second of
+        names), each with a new salt and secret (in place)."""
+        import secrets
+
+        for i, spec in enumerate(specs):
+            if spec.name in taken:
+                specs[i] = spec = dataclasses.replace(spec, name=JobName(
+                    f"{spec.name.rsplit('-', 1)[0]}-{secrets.token_hex(3)}"))
+                sealed[i] = self._new_secret(spec)
 
     def _create_batch(self, batch: str, specs: Sequence[JobSpec],
                       sealed: Sequence[tuple[JobSpec, str, str]]
@@ -481,9 +551,17 @@ class JobService:
         if status.is_terminal:
             self._wake([name])
 
-    def advance_many(self, changes: Sequence[JobChange]) -> list[bool]:
-        """Several transitions in one transaction (a batch's jobs); which were applied."""
-        applied = self.metadata.update_jobs(changes)
+    def advance_many(self, changes: Sequence[JobChange], *,
+                     files: Mapping[str, bytes] | None = None) -> list[bool]:
+        """Several transitions in one transaction (a batch's jobs); which were applied.
+        *files* (artifact key -> bytes: a batch's outcomes) are stored first; through a team
+        server, in the same request (``OutcomeRecorder``)."""
+        if files and isinstance(self.metadata, OutcomeRecorder):
+            applied = self.metadata.update_jobs_with_files(changes, files)
+        else:
+            for key, data in (files or {}).items():
+                self.artifacts.put_bytes(key, data)
+            applied = self.metadata.update_jobs(changes) if changes else []
         for change, ok in zip(changes, applied, strict=True):
             if ok:
                 logger.info("job %s is %s", change.name, change.status,

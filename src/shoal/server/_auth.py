@@ -240,7 +240,7 @@ def _refuse_run(job: JobToken, grants: JobGrants | None, what: str) -> NoReturn:
 
 
 #: Routes that name their jobs in the body and check them with ``require_jobs``.
-BODY_CHECKED = frozenset({"update_jobs", "set_handles"})
+BODY_CHECKED = frozenset({"update_jobs", "set_handles", "take_batch"})
 #: The routes of one run a job token may call for the run its job is linked to.
 RUN_ROUTES = frozenset({"get_run", "end_run", "resume_run", "set_run_parameters",
                         "set_run_tags", "add_run_artifact"})

@@ -5,15 +5,16 @@ payloads. Each route is one store call, so a compare-and-set (``expected``,
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
 from shoal.core.jobs import JobSpec, JobStatus
-from shoal.core.ports import JobQuery, JobStore
-from shoal.errors import InvalidArgumentError
+from shoal.core.ports import ArtifactStore, JobQuery, JobStore
+from shoal.errors import InvalidArgumentError, PermissionDeniedError
+from shoal.jobs.batchclient import calls_key
 from shoal.server._auth import job_token_of, require_jobs
 from shoal.server._owners import caller, require_owner
 from shoal.server._wire_jobs import (
@@ -26,6 +27,8 @@ from shoal.server._wire_jobs import (
     JobOut,
     PayloadOut,
     PayloadsIn,
+    TakeIn,
+    TakeOut,
     UpdateIn,
 )
 
@@ -34,7 +37,9 @@ __all__ = ["job_routes"]
 _JOB = "/jobs/{name}"
 
 
-def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure per route
+def job_routes(store: JobStore,  # noqa: C901 - one small closure per route
+               artifacts: ArtifactStore | None = None) -> APIRouter:
+    """The routes over *store*; *artifacts*: where files sent with transitions go."""
     api = APIRouter(tags=["jobs"])
 
     @api.post("/jobs", status_code=201)
@@ -121,8 +126,33 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
 
     @api.post("/job-transitions")
     def update_jobs(body: ChangesIn, request: Request) -> list[bool]:
-        own(request, [c.name for c in body.changes], "change")
+        names = [c.name for c in body.changes]
+        own(request, names, "change")
+        if body.files:
+            _store_files(request, names, body.files)
         return store.update_jobs([c.change() for c in body.changes])
+
+    def _store_files(request: Request, names: Sequence[str], files: Mapping[str, str]) -> None:
+        """The files sent with changes, each where its sender may write: a job token's own
+        jobs' and batch's (``JobToken.may_touch_key``), a user's under the changed jobs'
+        prefixes; all stored before any change is applied."""
+        if artifacts is None:
+            raise InvalidArgumentError("this server keeps no artifacts: POST /job-transitions "
+                                       "takes no files")
+        job = job_token_of(request)
+        decoded = {}
+        for key, text in files.items():
+            allowed = job.may_touch_key(key, write=True) if job is not None else \
+                key.lstrip("/").split("/", 1)[0] in names
+            if not allowed:
+                who = f"the job token of {job.shown}" if job is not None else "a user's token"
+                raise PermissionDeniedError(
+                    f"{who} may not store the artifact key {key!r} with the transitions of "
+                    f"{', '.join(names)}: only its own jobs' and batch's files",
+                    key=key, action="store files with transitions")
+            decoded[key] = _unb64(key, "file", text)
+        for key, data in decoded.items():
+            artifacts.put_bytes(key, data)
 
     @api.put(_JOB + "/handle", status_code=204)
     def set_handle(name: str, body: HandleIn, request: Request) -> None:
@@ -133,6 +163,26 @@ def job_routes(store: JobStore) -> APIRouter:  # noqa: C901 - one small closure 
     def set_handles(body: HandlesIn, request: Request) -> dict[str, JobStatus]:
         own(request, body.names, "change")
         return store.set_handles(body.names, body.handle)
+
+    @api.put("/job-handles/take")
+    def take_batch(body: TakeIn, request: Request) -> TakeOut:
+        """``BatchTaker``: a batch's supervisor takes its jobs, reads the first one's record
+        and the batch's calls in one request (each as its own route would allow it)."""
+        own(request, body.names, "change")
+        if not body.names:
+            raise InvalidArgumentError("PUT /job-handles/take needs the batch's job names")
+        if artifacts is None:
+            raise InvalidArgumentError("this server keeps no artifacts: a batch's calls "
+                                       "cannot be read from it")
+        key = calls_key(body.batch)
+        job = job_token_of(request)
+        if job is not None and not job.may_touch_key(key, write=False):
+            raise PermissionDeniedError(
+                f"the job token of {job.shown} may not read the calls of batch "
+                f"{body.batch!r}: only its own batch's", key=key, action="read")
+        statuses = store.set_handles(body.names, body.handle)
+        return TakeOut(statuses=statuses, record=JobOut.of(store.get_job(body.names[0])),
+                       calls=base64.b64encode(artifacts.get_bytes(key)).decode("ascii"))
 
     @api.post("/job-deletions")
     def delete_jobs(body: DeleteIn, request: Request) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from shoal.core.jobs import JobChange, JobStatus
@@ -22,14 +22,20 @@ class Signals:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def wait(self, key: str, timeout: float) -> None:
-        """Until *key* fires or *timeout* passes."""
+    async def wait(self, key: str, timeout: float,
+                   ready: Callable[[], bool] | None = None) -> None:
+        """Until *key* fires or *timeout* passes. *ready* (what the waiter waits for) is
+        asked again once the waiter is registered: a ``fire`` from another thread between
+        the caller's own check and the registration would otherwise be lost, and the waiter
+        would sleep its whole slice with its answer there."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
             self._waiting.setdefault(key, set()).add(future)
         try:
+            if ready is not None and ready():
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(future), timeout)
         finally:

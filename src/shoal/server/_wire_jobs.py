@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
 
 __all__ = ["ChangesIn", "CreateIn", "CreateManyIn", "DeleteIn", "EventOut", "HandleIn",
-           "HandlesIn", "JobOut", "PayloadOut", "PayloadsIn", "UpdateIn"]
+           "HandlesIn", "JobOut", "TakeIn", "TakeOut", "PayloadOut", "PayloadsIn", "UpdateIn"]
 
 
 class EventOut(BaseModel):
@@ -110,6 +110,9 @@ class ChangeIn(BaseModel):
 
 class ChangesIn(BaseModel):
     changes: list[ChangeIn]
+    #: Files stored before the changes are applied (artifact key -> base64): a batch's
+    #: outcome part with its jobs' ends (``OutcomeRecorder``).
+    files: dict[str, str] = Field(default_factory=dict)
 
 
 class HandleIn(BaseModel):
@@ -119,6 +122,20 @@ class HandleIn(BaseModel):
 class HandlesIn(BaseModel):
     names: list[str]
     handle: dict[str, Any]
+
+
+class TakeIn(HandlesIn):
+    #: The batch whose calls file comes back with the statuses.
+    batch: str
+
+
+class TakeOut(BaseModel):
+    """What a batch's supervisor takes: ``set_handles``' statuses, the first job's record
+    and the batch's calls file (base64)."""
+
+    statuses: dict[str, JobStatus]
+    record: JobOut
+    calls: str
 
 
 class DeleteIn(BaseModel):

@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 
 from shoal.core.api import MAX_JOB_SECRETS_PER_REQUEST
 from shoal.core.jobs import JobStatus
+from shoal.server._wire_jobs import JobOut
 
-__all__ = ["AliveOut", "BackendOut", "CheckIn", "HandleIn", "LaunchIn", "LaunchOut",
+__all__ = ["AliveOut", "BackendOut", "BatchLaunchIn", "BatchLaunchOut", "CheckIn", "HandleIn", "LaunchIn", "LaunchOut",
            "MessageOut", "MessagesOut", "SecretIn", "SecretOut", "SecretsIn", "SecretsOut",
            "WaitOut"]
 
@@ -44,6 +45,24 @@ class LaunchOut(BaseModel):
     start_ticks: int | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     warm: bool = False
+
+
+class BatchLaunchIn(BaseModel):
+    """``POST /launches/batch``: a batch's records (``create_jobs``), its files (artifact key
+    -> base64: the calls and, the first time, the function's pickle) and its launch."""
+
+    specs: list[dict[str, Any]]
+    key_salts: list[str]
+    files: dict[str, str] = Field(default_factory=dict)
+    launch: LaunchIn
+
+
+class BatchLaunchOut(BaseModel):
+    """The records created; the launch, or (``launch`` null) why the jobs failed at it."""
+
+    records: list[JobOut]
+    launch: LaunchOut | None = None
+    error: str | None = None
 
 
 class CheckIn(BaseModel):

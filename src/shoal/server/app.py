@@ -87,7 +87,7 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
 
     authorized.include_router(run_routes(runs))
     if jobs is not None:
-        authorized.include_router(job_routes(jobs))
+        authorized.include_router(job_routes(jobs, artifacts))
     if endpoints is not None:
         authorized.include_router(endpoint_routes(endpoints, instance_guard=(
             None if server_endpoints is None else server_endpoints.check_instance)))
