@@ -3,9 +3,10 @@
     python bench/_frontend_server.py FRONTEND MODEL_DIR PORT WORKERS
 
 FRONTEND: ``shoal`` (``python -m shoal.serving`` as it ships: uvicorn, its guarded httptools
-protocol, uvicorn's loop choice), ``uvicorn-asyncio`` (the same on the stdlib loop),
-``uvicorn-h11`` (pure-Python HTTP on the stdlib loop: the fallback without compiled
-extras), ``granian-asgi`` (granian's Rust HTTP server driving shoal's ASGI app, uvloop).
+protocol, uvloop when installed), ``uvicorn-asyncio`` (the same on the stdlib loop: what runs
+where uvloop is not installed), ``uvicorn-h11`` (uvicorn's pure-Python HTTP protocol on the
+stdlib loop, in place of shoal's guarded protocol, so without its TCP_NODELAY either),
+``granian-asgi`` (granian's Rust HTTP server driving shoal's ASGI app, on uvloop).
 The app is shoal's own (``shoal.serving._app.create_app``) in every case.
 """
 

@@ -1,6 +1,6 @@
 """HTTP front ends for the model server side by side (issue #16 item 1): the same shoal app
 on uvicorn + httptools (uvloop and stdlib asyncio), uvicorn + h11 (pure Python) and granian
-(Rust, ASGI), with 1 and 2 worker processes, under bench/serving.py's load (c=32 keep-alive
+(Rust, ASGI), with 1 and 2 worker processes (``FRONTEND:WORKERS``), under bench/serving.py's load (c=32 keep-alive
 connections, one MNIST image a request as ``application/x-npy``, a separate load-generator
 process). Configurations alternate within each round, so a machine that speeds up or slows
 down moves all of them; the anchor is today's server with its old default (one worker), and
@@ -25,7 +25,7 @@ import serving as bench  # noqa: E402
 from _common import cpu_model, scratch  # noqa: E402
 
 SERVER = Path(__file__).with_name("_frontend_server.py")
-DEFAULT = ("shoal:1,shoal:2,uvicorn-asyncio:2,uvicorn-h11:2,granian-asgi:1,granian-asgi:2")
+DEFAULT = "shoal:1,shoal:2,uvicorn-asyncio:2,granian-asgi:1,granian-asgi:2"
 
 
 def main() -> None:
