@@ -555,6 +555,14 @@ class SupervisedEndpoints:
                 os.kill(int(handle["pid"]), signal.SIGKILL)
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), as the model server counts them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def main(name: str) -> int:
     """Entry point of an endpoint's supervisor (forked by the launcher, or spawned)."""
     from shoal._internal.proctitle import set_title
@@ -574,11 +582,3 @@ def main(name: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask), as the model server counts them."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1

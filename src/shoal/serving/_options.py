@@ -27,7 +27,6 @@ DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_BATCH_DELAY_MS = 0.0
 
 
-
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, e.g. a container's cpuset)."""
     try:
@@ -38,9 +37,10 @@ def usable_cpus() -> int:
 
 def default_workers() -> int:
     """Worker processes when none were asked for: one per usable CPU, each with one intra-op
-    thread (bench/serving.py and bench/serving_frontends.py: per CPU-second, two one-thread
-    workers on two cores beat one worker whose runtime spreads over both; TorchServe and
-    SageMaker's model servers also default to a worker per CPU)."""
+    thread (bench/serving_frontends.py: on two cores, two one-thread workers served 1.16-1.38x
+    the requests of one worker whose runtime spreads over both in two of three interleaved
+    runs, at about the same CPU a request; TorchServe and SageMaker's model servers also
+    default to a worker per CPU)."""
     return usable_cpus()
 
 
