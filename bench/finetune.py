@@ -24,7 +24,7 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
-from _common import scratch
+from _common import cpu_model, scratch
 
 SEQ, BATCH, R, ALPHA, LR = 256, 4, 16, 32, 2e-4
 
@@ -115,6 +115,7 @@ def main() -> None:
     # On a machine shared with other work, wall time swings with their load; CPU time per
     # token does not, so the 5% check is made on it (both are printed).
     ratio = med_cpu["recipe"] / med_cpu["plain"]
+    print(cpu_model())
     print(f"LoRA, Llama hidden 256 x 4 layers, seq {SEQ}, batch {BATCH}, {a.steps} steps, "
           f"{a.repeats} alternating rounds, {os.environ.get('OMP_NUM_THREADS', '?')} threads")
     for k, label in (("recipe", "recipe (shoal.llm.finetune)"),

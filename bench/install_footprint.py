@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import scratch
+
 EXTRAS = ["", "s3", "postgres", "serve", "bundle", "sklearn", "torch", "train", "experiments",
           "llm", "ray"]
 
@@ -64,7 +66,7 @@ def measure(wheel: Path, extra: str, constraints: Path, root: Path) -> dict[str,
 def main(argv: list[str]) -> int:
     project = Path(argv[0]).resolve() if argv else Path(__file__).resolve().parents[1]
     extras = argv[1:] or EXTRAS
-    with tempfile.TemporaryDirectory(prefix="shoal-footprint-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="shoal-footprint-", dir=scratch()) as tmp:
         root = Path(tmp)
         subprocess.run([_uv(), "build", "-q", "--wheel", "--out-dir", str(root / "dist"),
                         str(project)], check=True, env=_env())

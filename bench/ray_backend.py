@@ -31,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import scratch
+from _common import cpu_model, scratch
+
+_scratch = scratch  # lost_node's own 'scratch' (its directory) hides the function
 
 
 def trivial(x):
@@ -129,7 +131,7 @@ def lost_node(home: Path, address: str) -> float:
     import shoal
     from shoal.storage.sql import upgrade_schema
 
-    scratch = Path(tempfile.mkdtemp(prefix="shoal-bench-lost-"))
+    scratch = Path(tempfile.mkdtemp(prefix="shoal-bench-lost-", dir=_scratch()))
     scripts = Path(__file__).resolve().parents[1] / "scripts" / "postgres.sh"
     pg_url = subprocess.run(["bash", str(scripts), "start", str(scratch)], check=True,
                             capture_output=True, text=True, timeout=180).stdout.strip()
@@ -204,6 +206,7 @@ def main() -> None:
             ray.shutdown()
         _shoal_ray(home, "down")
     rp50, sp50 = statistics.median(r_times), statistics.median(s_times)
+    print(cpu_model())
     print(f"dispatch p50: raw ray {rp50 * 1e3:.2f} ms, shoal {sp50 * 1e3:.2f} ms "
           f"({sp50 / rp50:.2f}x; target <= 3x); p90 raw {pct(r_times, 0.9) * 1e3:.2f} ms, "
           f"shoal {pct(s_times, 0.9) * 1e3:.2f} ms; {args.calls} calls")

@@ -10,15 +10,18 @@ anchor here: bench/serving.py measures the ceiling and the naive server.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import serving as bench  # noqa: E402
+from _common import cpu_model, scratch  # noqa: E402
 
 
 def main() -> None:
@@ -29,13 +32,15 @@ def main() -> None:
 
     configs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else [{}]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 8.0
-    work = Path(tempfile.mkdtemp(prefix="shoal-bench-configs-"))
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-configs-", dir=scratch()))
+    atexit.register(shutil.rmtree, work, True)
     model_dir = work / "mnist"
     export(bench.mnist_cnn(), torch.randn(1, 1, 28, 28), model_dir / "model.onnx")
     buf = io.BytesIO()
     np.save(buf, np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32))
     body = work / "body.npy"
     body.write_bytes(buf.getvalue())
+    print(f"{cpu_model()}; load average {os.getloadavg()[0]:.2f}", flush=True)
     for cfg in configs:
         port = bench._free_port()
         proc, _ = bench.start(bench.shoal_cmd(model_dir, port, cfg.get("args", [])), port,

@@ -81,7 +81,10 @@ class Server:
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "SHOAL_ORT_INTRA_OP_THREADS": "1"}
+    # One worker unless a test says otherwise (the default is one per CPU): a scrape of
+    # /metrics then sees every request. test_the_default_is_a_worker_per_cpu tests the default.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SHOAL_ORT_INTRA_OP_THREADS": "1",
+           "SHOAL_MODEL_SERVER_WORKERS": "1"}
     env.update(extra or {})
     return env
 
@@ -670,6 +673,42 @@ def test_two_workers_serve_and_stop_together(models: dict[str, Path], start) -> 
             assert r.status_code == 200, r.text
             np.testing.assert_allclose(r.json(), expected(x), rtol=1e-5)
     assert server.stop() == 0
+
+
+def test_the_default_is_a_worker_per_cpu(models: dict[str, Path], tmp_path: Path,
+                                          start) -> None:
+    """No --workers and no SHOAL_MODEL_SERVER_WORKERS: a worker per CPU the process may use
+    (its affinity mask), each serving; a server pinned to one CPU runs one process."""
+    cpus = len(os.sched_getaffinity(0))
+    server = start(models["onnx"], env={"SHOAL_MODEL_SERVER_WORKERS": "",
+                                        "SHOAL_ORT_INTRA_OP_THREADS": ""})
+    assert f"{cpus} worker{'s' if cpus > 1 else ''})" in server.output()
+    wait_until(lambda: server.output().count("model ready in") == cpus, 60,
+               what=f"all {cpus} workers to load the model")
+    x = np.ones((1, 4), np.float32)
+    for _ in range(2 * cpus):
+        with server.client() as c:  # a new connection each time: any worker
+            r = c.post("/invocations", json=x.tolist())
+            assert r.status_code == 200, r.text
+            np.testing.assert_allclose(r.json(), expected(x), rtol=1e-5)
+    assert server.stop() == 0
+
+    one = min(os.sched_getaffinity(0))
+    port_file, log = tmp_path / "pinned-port", tmp_path / "pinned.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal.serving", "--model", str(models["onnx"]), "--port",
+             "0", "--port-file", str(port_file)], stdout=out, stderr=subprocess.STDOUT,
+            env=server_env({"SHOAL_MODEL_SERVER_WORKERS": ""}),
+            preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    pinned = Server(proc, "", log)
+    try:
+        wait_until(lambda: "model ready in" in log.read_text() or proc.poll() is not None, 60,
+                   what="the pinned server's model")
+        assert proc.poll() is None, log.read_text()
+        assert "(model " in log.read_text() and ", 1 worker)" in log.read_text()
+    finally:
+        assert pinned.stop() == 0
 
 
 def test_ping_is_200_only_once_every_worker_has_its_model(models: dict[str, Path],

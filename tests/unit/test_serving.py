@@ -56,6 +56,19 @@ def test_workers_share_the_cpus_out_unless_threads_are_set() -> None:
     assert intra_op_threads(ServerOptions(workers=2, intra_op_threads=3)) == 3
 
 
+def test_workers_default_to_one_per_usable_cpu() -> None:
+    import os
+
+    from shoal.serving._options import default_workers
+
+    cpus = len(os.sched_getaffinity(0))
+    assert ServerOptions().workers is None  # not asked for: serve() resolves it
+    assert ServerOptions().worker_count == default_workers() == cpus
+    assert ServerOptions(workers=3).worker_count == 3
+    assert ServerOptions.from_env({"SHOAL_MODEL_SERVER_WORKERS": "1"}).worker_count == 1
+    assert ServerOptions.from_env({"SHOAL_MODEL_SERVER_WORKERS": " "}).workers is None
+
+
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"max_batch_size": 0}, "max_batch_size must be >= 1, got 0"),
     ({"max_batch_size": -1}, "max_batch_size must be >= 1"),

@@ -277,8 +277,13 @@ class EndpointSupervisor:
         env["PYTHONPATH"] = os.pathsep.join(
             [pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
-        self._env = env
         self._shared = not (model_dir / "serving.properties").is_file()  # not an LLM
+        if self._shared and cfg.instance_count > 1:
+            # A model server starts a worker per CPU unless told; instances on one host
+            # share the CPUs, so each takes its part (model_server_workers still decides).
+            env.setdefault("SHOAL_MODEL_SERVER_WORKERS",
+                           str(max(1, _usable_cpus() // cfg.instance_count)))
+        self._env = env
         if self._shared:
             shared = self._reserve_port(cfg.port)
             self._instances = [_Instance(index, shared, self._dir / "logs" /
@@ -548,6 +553,14 @@ class SupervisedEndpoints:
         if self._backend.is_alive(handle):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(handle["pid"]), signal.SIGKILL)
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), as the model server counts them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def main(name: str) -> int:

@@ -148,7 +148,7 @@ class ModelServerApp(LoadingApp[None]):
             await _error(send, self.not_ready())
             return
         size, _ = self.options.batch_limits(batchable=self.handler.batchable)
-        body = {"MaxConcurrentTransforms": self.options.workers * size,
+        body = {"MaxConcurrentTransforms": (self.options.workers or 1) * size,
                 "BatchStrategy": "MULTI_RECORD" if self.handler.multi_record else "SINGLE_RECORD",
                 "MaxPayloadInMB": max(1, int(self.options.max_payload_mb))}
         await _respond(send, 200, json.dumps(body).encode(), _JSON)

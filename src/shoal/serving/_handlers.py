@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,7 +17,7 @@ from typing import Any, ClassVar
 from shoal._internal.extras import require
 from shoal.errors import ModelLoadError
 from shoal.serving import codecs
-from shoal.serving._options import ServerOptions
+from shoal.serving._options import ServerOptions, usable_cpus
 from shoal.serving.http import RequestError, bad_request, model_error
 
 __all__ = ["Handler", "OnnxHandler", "SklearnHandler", "TorchScriptHandler", "select_handler"]
@@ -93,17 +92,9 @@ def intra_op_threads(options: ServerOptions) -> int | None:
     default (None)."""
     if options.intra_op_threads is not None:
         return options.intra_op_threads
-    if options.workers > 1:
-        return max(1, _usable_cpus() // options.workers)
+    if options.workers is not None and options.workers > 1:
+        return max(1, usable_cpus() // options.workers)
     return None
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, e.g. a container's cpuset)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 _ORT_DTYPES = {

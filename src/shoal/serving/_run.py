@@ -20,6 +20,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,22 +69,26 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
         # A missing extra fails here, before listening, naming it (not a traceback later).
         require("serve", "the model server", *SERVER_MODULES)
         select_handler(resolved.path, options)  # fail before listening when there is no model
-        socks = (bind_shared(options.host, options.port, options.workers) if shared
-                 else bind_workers(options.host, options.port, options.workers))
+        # no count asked for: one worker per usable CPU (ServerOptions.worker_count); each
+        # worker's runtime then gets one intra-op thread (_handlers.intra_op_threads)
+        options = replace(options, workers=options.worker_count)
+        workers = options.worker_count
+        socks = (bind_shared(options.host, options.port, workers) if shared
+                 else bind_workers(options.host, options.port, workers))
         sock = socks[0]
         port = sock.getsockname()[1]
         ready_file = str(port_file) if port_file is not None and shared else None
         if port_file is not None and not shared:
             write_port_file(port_file, port)
         sys.stdout.write(f"shoal model server listening on http://{url_host(options.host)}:"
-                         f"{port} (model {resolved.path}, {options.workers} worker"
-                         f"{'s' if options.workers > 1 else ''})\n")
+                         f"{port} (model {resolved.path}, {workers} worker"
+                         f"{'s' if workers > 1 else ''})\n")
         sys.stdout.flush()
         with StopSignals():
             try:
-                if options.workers == 1 and not shared:
+                if workers == 1 and not shared:
                     return run_worker(sock, str(resolved.path), options)
-                if options.workers == 1:  # the port file is written once it has the model
+                if workers == 1:  # the port file is written once it has the model
                     return run_worker(sock, str(resolved.path), options, WorkerReadiness(
                         bytearray(1), 0, shared=True, ready_file=ready_file, port=port))
                 return _supervise(socks, str(resolved.path), options, shared, ready_file)
@@ -209,11 +214,12 @@ def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions, fl
 def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOptions,
                shared: bool = False, ready_file: str | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
-    flags = ctx.RawArray("b", options.workers)
+    workers = options.worker_count
+    flags = ctx.RawArray("b", workers)
     procs = [ctx.Process(target=_worker_main,
                          args=(socks[i % len(socks)], model_dir, options, flags, i, shared,
                                ready_file),
-                         name=f"shoal-model-worker-{i}") for i in range(options.workers)]
+                         name=f"shoal-model-worker-{i}") for i in range(workers)]
     for p in procs:
         p.start()
     try:

@@ -71,7 +71,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("port", "--port", int, "port; 0 picks a free one", metavar="PORT", short="-p"),
     Flag("port_file", "--port-file", str, "write the bound port here once the server listens",
          metavar="PATH"),
-    Flag("workers", "--workers", int, "worker processes, each with its own copy of the model",
+    Flag("workers", "--workers", int, "worker processes, each with its own copy of the model "
+         "(default: one per CPU this process may use)",
          metavar="N"),
     Flag("max_batch_size", "--max-batch-size", int, "requests run together by a model that "
          "can batch; 1 turns batching off", metavar="N"),

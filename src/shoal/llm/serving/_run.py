@@ -50,7 +50,7 @@ def serve(model: str | os.PathLike[str], *, options: ServerOptions,
         check_entry_point(llm)  # a missing or handler-less file fails before the port is bound
     else:
         require("llm", "the LLM server's engine", "torch", "transformers")
-    if options.workers > 1:
+    if options.workers is not None and options.workers > 1:
         log.warning("an LLM is served by one process (its engine batches requests); ignoring "
                     "workers=%d", options.workers)
     sock = bind(options.host, options.port)
