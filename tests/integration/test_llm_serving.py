@@ -413,7 +413,7 @@ def test_requests_arriving_during_a_prefill_are_prefilled_before_the_next_decode
         assert got[k] == ref.generate_ids(prompt, 5), k
 
 
-def test_a_streams_ordinary_tokens_are_handed_on_together_its_first_and_last_at_once(
+def test_ordinary_tokens_are_handed_on_together_a_first_and_last_at_once(
         server, ref):
     """``on_step`` (the server's one event-loop wake-up) comes at once after a request's
     first token and after its last, and in between at most every ``stream_interval_s``: with

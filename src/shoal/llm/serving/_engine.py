@@ -17,8 +17,10 @@ buffer (a column of ones per step, no copy) and, for SDPA models without sliding
 to the model as the 4-D boolean mask transformers would build from it (``None`` when no row is
 padded); positions are a counter; the next tokens of every row come from one argmax and one
 ``tolist()``; text is detokenized incrementally (only the last few tokens of each row are
-decoded, by the Rust tokenizer directly when that is what ``decode`` does); and the step's
-events are handed on in one batch (``on_step``), so a server wakes its event loop once per step.
+decoded, by the Rust tokenizer directly when that is what ``decode`` does); and the steps'
+events are handed on in batches (``on_step``): at once after a step with a request's first
+token, its last or an error, otherwise at most every ``_STREAM_INTERVAL_S``, so a server wakes
+its event loop at most once per step, and on fast steps less often.
 
 The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and text only.
 """
