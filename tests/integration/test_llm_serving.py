@@ -411,3 +411,59 @@ def test_requests_arriving_during_a_prefill_are_prefilled_before_the_next_decode
     assert prefills[:3] == [("prefill", 1), ("prefill", 15), ("decode", 16)], steps.log
     for k, prompt in enumerate(prompts):
         assert got[k] == ref.generate_ids(prompt, 5), k
+
+
+def test_ordinary_tokens_are_handed_on_together_a_first_and_last_at_once(
+        server, ref):
+    """``on_step`` (the server's one event-loop wake-up) comes at once after a request's
+    first token and after its last, and in between at most every ``stream_interval_s``: with
+    the interval longer than the test, one call carries the first token and one the rest; at
+    interval 0, one call per step. Events held back are handed on before the engine waits
+    (here: paused mid-generation). The tokens are those of solo generate() either way."""
+    engine = server.app.loaded.engine
+    original = engine.on_step
+    prompt = PROMPTS[0]
+    expected = ref.generate_ids(prompt, 6)
+    n = len(expected)  # 6, or fewer where greedy reaches EOS
+    assert n >= 4, expected
+
+    def run(interval: float, pause_after: int | None = None) -> tuple[list[int], list[int]]:
+        events: list[Any] = []
+        handed: list[int] = []  # events emitted so far, at each on_step
+        finished = threading.Event()
+
+        def on_event(event: Any) -> None:
+            events.append(event)
+            if pause_after is not None and len(events) == pause_after:
+                engine.pause()  # on the engine's thread: it waits after this iteration
+
+        def on_step() -> None:
+            handed.append(len(events))
+            if events and (events[-1].finish is not None or events[-1].error is not None):
+                finished.set()  # the last event was handed on
+            if original is not None:
+                original()
+
+        engine.stream_interval_s, engine.on_step = interval, on_step
+        try:
+            engine.submit(ref.ids(prompt), GenerationParams(max_new_tokens=6), on_event)
+            if pause_after is not None:
+                wait_until(lambda: len(events) == pause_after and engine._idle, 30,
+                           what="the paused engine to wait")
+                # nothing is held while it waits: every event emitted so far was handed on
+                assert handed and handed[-1] == len(events) == pause_after, handed
+                assert not finished.is_set()
+                engine.resume()
+            assert finished.wait(60)
+        finally:
+            engine.on_step = original
+            del engine.stream_interval_s  # back to the class's default
+        assert [e.token_id for e in events] == expected
+        return [e.token_id for e in events], handed
+
+    _, handed = run(3600.0)
+    assert handed == [1, n]  # the first token at once, then the rest with the last
+    _, handed = run(0.0)
+    assert handed == list(range(1, n + 1))  # every step
+    _, handed = run(3600.0, pause_after=3)
+    assert handed == [1, 3, n]  # held tokens 2-3 went out before the engine waited

@@ -17,8 +17,10 @@ buffer (a column of ones per step, no copy) and, for SDPA models without sliding
 to the model as the 4-D boolean mask transformers would build from it (``None`` when no row is
 padded); positions are a counter; the next tokens of every row come from one argmax and one
 ``tolist()``; text is detokenized incrementally (only the last few tokens of each row are
-decoded, by the Rust tokenizer directly when that is what ``decode`` does); and the step's
-events are handed on in one batch (``on_step``), so a server wakes its event loop once per step.
+decoded, by the Rust tokenizer directly when that is what ``decode`` does); and the steps'
+events are handed on in batches (``on_step``): at once after a step with a request's first
+token, its last or an error, otherwise at most every ``_STREAM_INTERVAL_S``, so a server wakes
+its event loop at most once per step, and on fast steps less often.
 
 The request side (HTTP, SSE) lives in ``_app``; this module knows tokens and text only.
 """
@@ -97,12 +99,18 @@ _ids = itertools.count(1)
 _MASK_HEADROOM = 64
 #: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
 _PREFILL_TOKENS = 2048
+#: Seconds a step's ordinary tokens may wait to be handed on with the next steps' (``on_step``
+#: is called at most this often, except at once for a request's first token, its last, an
+#: error, and before the engine waits): on a small model a decode step takes ~1 ms, and each
+#: hand-over costs the server's event loop a wake-up and a write per stream under the GIL it
+#: shares with the engine. A slower step hands on every step, as before.
+_STREAM_INTERVAL_S = 0.004
 
 
 class Generation:
     """One request inside the engine; ``cancel()`` frees its slot at the next step."""
 
-    __slots__ = ("cancelled", "finish", "first_token_at", "generated", "generator", "id",
+    __slots__ = ("cancelled", "emitted", "finish", "first_token_at", "generated", "generator", "id",
                  "last_token_at", "on_event", "params", "prefix_offset", "prompt_ids",
                  "read_offset", "seed", "sent", "submitted_at", "text")
 
@@ -113,6 +121,7 @@ class Generation:
         self.params = params
         self.on_event = on_event
         self.cancelled = False
+        self.emitted = False  # an event of it was handed to on_event
         self.generated: list[int] = []
         self.text = ""  # the generated tokens' text, detokenized incrementally
         # generated[prefix_offset:read_offset] is the context the next tokens are decoded with
@@ -135,7 +144,12 @@ class EngineLoop(ServingLoop[Generation]):
     ``OverloadedError`` when ``max_queue`` requests already wait), the loop's iteration
     around ``_take`` (under the lock) and ``_work`` (outside it), and ``on_step`` (when
     given) called on the loop's thread after each iteration's events, so a consumer can hand
-    a step's events on at once."""
+    a step's events on at once. ``on_step`` is called at most every ``stream_interval_s``
+    (the events of the steps between wait for it), except at once after a step that emitted a
+    request's first event, its last or an error, and before the loop waits for work."""
+
+    #: at most this often, ``on_step`` (see ``_STREAM_INTERVAL_S``)
+    stream_interval_s = _STREAM_INTERVAL_S
 
     def __init__(self, *, max_queue: int, observer: EngineObserver | None,
                  on_step: Callable[[], None] | None) -> None:
@@ -143,6 +157,9 @@ class EngineLoop(ServingLoop[Generation]):
         self.max_queue = max_queue
         self.observer = observer or EngineObserver()
         self.on_step = on_step
+        self._urgent = False  # an event since the last on_step must go out now
+        self._held = False  # events emitted since the last on_step
+        self._handed_at = 0.0  # perf_counter of the last on_step
 
     @property
     def queue_depth(self) -> int:
@@ -178,18 +195,36 @@ class EngineLoop(ServingLoop[Generation]):
         return True
 
     def _emit(self, g: Generation, event: TokenEvent) -> None:
+        if not g.emitted or event.finish is not None or event.error is not None:
+            self._urgent = True  # a first token, a last one or an error goes out at once
+        g.emitted = self._held = True
         try:
             g.on_event(event)
         except Exception:  # a callback's failure must not stop the batch
             log.exception("delivering a token of generation %s failed; cancelling it", g.id)
             g.cancel()
 
-    def _step_done(self) -> None:
-        if self.on_step is not None:
-            try:
-                self.on_step()
-            except Exception:  # the consumer's failure must not stop the engine
-                log.exception("handing a step's events on failed")
+    def _wait_for_work(self) -> bool:
+        if self._held and (self._stopping or self._paused
+                           or not (self._pending or self._has_work())):
+            self._step_done(now=True)  # about to wait: nothing stays held meanwhile
+        return super()._wait_for_work()
+
+    def _step_done(self, *, now: bool = False) -> None:
+        """After a step: call ``on_step`` when the step's events must go out now, or
+        ``stream_interval_s`` has passed since the last call (else they wait for a later
+        step's call)."""
+        if self.on_step is None or not self._held:
+            return
+        at = time.perf_counter()
+        if not (now or self._urgent or at - self._handed_at >= self.stream_interval_s):
+            return
+        self._urgent = self._held = False
+        self._handed_at = at
+        try:
+            self.on_step()
+        except Exception:  # the consumer's failure must not stop the engine
+            log.exception("handing a step's events on failed")
 
     @abc.abstractmethod
     def _take(self) -> list[Generation]:
