@@ -169,6 +169,18 @@ def test_a_job_that_rebinds_a_loaded_module_still_discards_the_executor(session)
         _supervisor_logs(session)
 
 
+def test_jobs_that_import_an_extension_module_run_one_after_another(session):
+    """numpy's compiled core loads once per process: a warm executor whose job imported it
+    is retired rather than forgetting it (the next job's import would fail)."""
+    @remote(keep_alive_period_in_seconds=30)
+    def total(n):
+        import numpy as np
+
+        return int(np.arange(n).sum())
+
+    assert [total(n) for n in (10, 100, 1000)] == [45, 4950, 499500]
+
+
 def test_a_job_that_crashes_its_process_does_not_take_the_worker_down(session):
     @remote(keep_alive_period_in_seconds=30)
     def crash():

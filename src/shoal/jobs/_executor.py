@@ -68,6 +68,15 @@ class _TrackedModule(types.ModuleType):
         super().__delattr__(name)
 
 
+def _is_extension(module: object) -> bool:
+    """Whether *module* was loaded from a compiled extension (numpy's ``_multiarray_umath``,
+    ...): such a module cannot be loaded a second time in one process."""
+    import importlib.machinery
+
+    spec = getattr(module, "__spec__", None)
+    return isinstance(getattr(spec, "loader", None), importlib.machinery.ExtensionFileLoader)
+
+
 def _new_submodule(package: types.ModuleType, name: str, value: Any) -> bool:
     """Whether ``package.name = value`` binds a submodule imported just now, for the first
     time (the import system's own step after loading ``package.name``)."""
@@ -99,7 +108,9 @@ class _Snapshot:
             replace_environ(self.environ)
         sys.path[:] = self.path
         sys.argv[:] = self.argv
-        for name in sys.modules.keys() - self.modules:
+        added = sys.modules.keys() - self.modules
+        native = sorted(n for n in added if _is_extension(sys.modules.get(n)))
+        for name in added:
             del sys.modules[name]
         while _ADDED:  # the submodules just forgotten leave their packages as they were
             package, attr = _ADDED.pop()
@@ -109,6 +120,9 @@ class _Snapshot:
                 package.__dict__.pop(attr, None)
         if _DIRTY:
             return f"the job changed attributes of module(s) {', '.join(sorted(_DIRTY))}"
+        if native:  # forgotten, they could not be imported again in this process
+            shown = ", ".join(native[:5]) + (", ..." if len(native) > 5 else "")
+            return f"the job imported extension module(s) {shown}, which load once per process"
         if threading.active_count() > 1:
             return "the job left threads running"
         if any(signal.getsignal(s) != h for s, h in self.handlers.items()):

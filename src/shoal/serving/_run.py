@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -201,10 +202,24 @@ def run_worker(sock: socket.socket, model_dir: str, options: ServerOptions,
     return run_app(make_app, sock, options)
 
 
+def _die_with_parent(parent: int) -> None:
+    """A worker ends with the server process that started it, even one killed with SIGKILL
+    (Linux: PR_SET_PDEATHSIG), so a killed model server leaves no worker answering on its
+    port; *parent* gone already (before the call): end now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _worker_main(sock: socket.socket, model_dir: str, options: ServerOptions, flags: Any,
-                 index: int, shared: bool = False, ready_file: str | None = None) -> None:
+                 index: int, shared: bool = False, ready_file: str | None = None,
+                 parent: int = 0) -> None:
     from shoal._internal import logconfig
 
+    _die_with_parent(parent)
     logconfig.configure(logging.INFO)
     readiness = WorkerReadiness(flags, index, shared=shared, ready_file=ready_file,
                                 port=sock.getsockname()[1])
@@ -218,7 +233,7 @@ def _supervise(socks: list[socket.socket], model_dir: str, options: ServerOption
     flags = ctx.RawArray("b", workers)
     procs = [ctx.Process(target=_worker_main,
                          args=(socks[i % len(socks)], model_dir, options, flags, i, shared,
-                               ready_file),
+                               ready_file, os.getpid()),
                          name=f"shoal-model-worker-{i}") for i in range(workers)]
     for p in procs:
         p.start()
