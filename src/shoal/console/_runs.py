@@ -1,6 +1,6 @@
 """The console's experiment pages: experiments, an experiment's runs (parameters and last
 metric values as columns), a run with its metric charts, and the series the charts draw,
-thinned on the server to the chart's width (``_downsample.py``)."""
+thinned by the store to the chart's width (``RunStore.metric_buckets``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from shoal.console._downsample import minmax_buckets
 from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
@@ -211,14 +210,11 @@ def _in_parallel(read: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
 
 def _thinned(runs: RunStore, owner: str, metric: str, width: int) -> dict[str, Any]:
     """One series of *owner* as a chart gets it: x the steps when every point has one,
-    else the timestamps (epoch seconds); at most ``2 * width`` points; NaN/inf as gaps."""
-    points = runs.get_metrics(owner, metric)
-    by_step = bool(points) and all(p.step is not None for p in points)
-    xs = [float(p.step) if by_step and p.step is not None else p.timestamp for p in points]
-    ys = [p.value for p in points]
-    if any(a > b for a, b in zip(xs, xs[1:], strict=False)):  # usually in order already
-        pairs = sorted(zip(xs, ys, strict=True))
-        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-    xs, ys = minmax_buckets(xs, ys, width)
-    return {"name": metric, "x_is_step": by_step, "points": len(points), "x": xs,
+    else the timestamps (epoch seconds); at most ``2 * width`` points, thinned by the store
+    (``metric_buckets``: a 100,000-point series is not read whole)."""
+    found = runs.metric_buckets(owner, metric, width)
+    xs = [float(p.step) if found.x_is_step and p.step is not None else p.timestamp
+          for p in found.points]
+    ys = [p.value for p in found.points]
+    return {"name": metric, "x_is_step": found.x_is_step, "points": found.count, "x": xs,
             "y": [None if math.isnan(y) or math.isinf(y) else y for y in ys]}
