@@ -461,3 +461,18 @@ def _check_thinned_after_0008(url: str) -> None:
         assert store.metric_buckets("job:old", "loss", 10).count == 3001
     finally:
         store.close()
+
+
+def test_last_metrics_of_many_owners_in_one_read(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    owners = [run_owner(exp, f"r{i}") for i in range(3)]
+    ctx.store.add_metrics(owners[0], [MetricPoint("loss", 0.9, 1.0, 0),
+                                      MetricPoint("loss", 0.2, 3.0, 2),
+                                      MetricPoint("loss", 0.5, 2.0, 1),
+                                      MetricPoint("acc", 0.7, 1.0)])
+    ctx.store.add_metrics(owners[1], [MetricPoint("loss", 4.0, 5.0, 1),
+                                      MetricPoint("loss", 3.0, 5.0, 2)])  # same time: by step
+    assert ctx.store.last_metrics([*owners, owners[0]]) == {
+        owners[0]: {"acc": 0.7, "loss": 0.2}, owners[1]: {"loss": 3.0}}
+    assert ctx.store.last_metrics([owners[2]]) == {}
+    assert ctx.store.last_metrics([]) == {}

@@ -92,10 +92,9 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                             descending=order != "asc")
         pages = max(1, -(-len(found) // RUNS_PAGE))
         shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
-        # Last values are read for the runs shown only: one summary query per run (#21: a
-        # batched read for the whole page is next).
-        lasts = [{m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
-                 for run in shown]
+        # Last values are read for the runs shown only, in one read for the page.
+        found_last = runs.last_metrics([run.metrics_owner for run in shown]) if shown else {}
+        lasts = [found_last.get(run.metrics_owner, {}) for run in shown]
         params: dict[str, None] = {}
         for run in every:
             params.update(dict.fromkeys(run.parameters))

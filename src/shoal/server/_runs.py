@@ -152,6 +152,12 @@ def run_routes(store: RunStore) -> APIRouter:  # noqa: C901 - one small closure 
         points = store.get_metrics(owner, name)
         return MetricsOut(points=[(p.name, p.value, p.timestamp, p.step) for p in points])
 
+    @api.get("/metrics/last", tags=["metrics"])
+    def last_metrics(owner: Annotated[list[str], Query(min_length=1, max_length=500)]
+                     ) -> dict[str, dict[str, float]]:
+        """The last value of each metric of each *owner* (``last_metrics``)."""
+        return store.last_metrics(owner)
+
     @api.get("/metrics/buckets", tags=["metrics"])
     def metric_buckets(owner: Owner, name: str,
                        buckets: Annotated[int, Query(ge=1, le=MAX_BUCKETS)]) -> BucketsOut:

@@ -297,6 +297,23 @@ class RunTables:
             rows = cur.fetchall()
         return [MetricPoint(n, v, t, s) for n, v, t, s in rows]
 
+    def last_metrics(self, owners: Sequence[str]) -> dict[str, dict[str, float]]:
+        """The last value (by time, then step) of each metric of each of *owners*, one query
+        per 500 owners: ``{owner: {name: value}}``; owners without metrics are left out."""
+        wanted = list(dict.fromkeys(owners))
+        out: dict[str, dict[str, float]] = {}
+        with self._db.tx(write=False) as cur:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i:i + 500]
+                cur.execute(self._db.sql(
+                    "SELECT owner, name, value FROM (SELECT owner, name, value, ROW_NUMBER() "
+                    f"OVER (PARTITION BY owner, name ORDER BY {_POINT_ORDER_DESC}) AS rn FROM "
+                    f"metrics WHERE owner IN ({', '.join('?' * len(chunk))})) AS ranked "
+                    "WHERE rn = 1 ORDER BY owner, name"), chunk)
+                for owner, name, value in cur.fetchall():
+                    out.setdefault(owner, {})[name] = float(value)
+        return out
+
     def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
         """*owner*'s metric *name* thinned to at most ``2 * buckets`` points (the lowest and
         highest of each bucket, ``core.downsample``). A series with more than
