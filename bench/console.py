@@ -198,7 +198,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="console-", dir=scratch()) as tmp_name:
         tmp = Path(tmp_name)
         shoal_home, mlflow_dir = tmp / "shoal", tmp / "mlflow"
-        shoal_home.mkdir()
+        shoal_home.mkdir(mode=0o700)
         print(f"loaded shoal in {load_shoal(shoal_home, args):.1f} s")
         servers: list[Server] = []
         try:
