@@ -122,7 +122,7 @@ def _database_at_0006_with_rows(url: str) -> None:
 
 def _check_rows_read_local_after_upgrade(url: str) -> None:
     _database_at_0006_with_rows(url)
-    assert upgrade_schema(url) == SCHEMA_REVISION == "0007"
+    assert upgrade_schema(url) == SCHEMA_REVISION
     store = SqlMetadataStore.open(url)
     try:
         assert store.get_job("old-job").owner == "local"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from helpers import FakeClock, wait_until
+from helpers import FakeClock, fresh_postgres_database, wait_until
 from shoal.client import HttpRunStore
 from shoal.core import (
     MetadataStore,
@@ -352,3 +352,127 @@ def test_a_0001_database_upgrades_and_keeps_its_jobs(tmp_path: Path) -> None:
         assert store.metric_names(run_owner("after-upgrade", "r")) == ["m"]
     finally:
         store.close()
+
+
+# --- thinned reads (metric_buckets, revision 0008) ---------------------------------------
+
+def _spiky(n: int, spike: int, dip: int) -> list[float]:
+    return [100.0 if i == spike else -100.0 if i == dip else (i % 7) / 7 for i in range(n)]
+
+
+def test_metric_buckets_returns_a_short_series_whole_in_step_order(ctx: Ctx) -> None:
+    owner = run_owner(ctx.exp(), "r")
+    ctx.store.add_metrics(owner, [MetricPoint("loss", float(v), 100.0 - v, v)
+                                  for v in (3, 1, 2, 0)])
+    got = ctx.store.metric_buckets(owner, "loss", 10)
+    assert (got.name, got.count, got.x_is_step) == ("loss", 4, True)
+    assert [p.step for p in got.points] == [0, 1, 2, 3]
+    assert [p.timestamp for p in got.points] == [100.0, 99.0, 98.0, 97.0]
+    none = ctx.store.metric_buckets(owner, "missing", 10)
+    assert (none.count, none.points) == (0, ())
+
+
+def test_metric_buckets_thins_a_long_series_keeping_its_spike_and_dip(ctx: Ctx) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    n, buckets = 5000, 20  # more than METRIC_BLOCK * buckets: read from the blocks
+    values = _spiky(n, spike=3217, dip=1403)
+    stored = [MetricPoint("loss", v, 1000.0 + i, i) for i, v in enumerate(values)]
+    # Batches that end inside blocks, so blocks are completed by later writes.
+    for lo, hi in ((0, 37), (37, 1403), (1403, 1404), (1404, 4999), (4999, n)):
+        ctx.store.add_metrics(owner, stored[lo:hi])
+    got = ctx.store.metric_buckets(owner, "loss", buckets)
+    assert (got.count, got.x_is_step) == (n, True)
+    assert 2 * buckets >= len(got.points) >= buckets
+    assert set(got.points) <= set(stored)
+    steps = [p.step for p in got.points]
+    assert steps == sorted(steps)
+    assert stored[3217] in got.points and stored[1403] in got.points
+    # Spread over the whole series, not its start.
+    assert steps[0] is not None and steps[-1] is not None
+    assert steps[0] < n // buckets and steps[-1] >= n - n // buckets
+
+
+def test_metric_buckets_of_points_without_steps_are_by_time(ctx: Ctx) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    n = 2000
+    ctx.store.add_metrics(owner, [MetricPoint("m", v, float(n - i), None if i == 5 else i)
+                                  for i, v in enumerate(_spiky(n, spike=700, dip=1500))])
+    got = ctx.store.metric_buckets(owner, "m", 8)
+    assert (got.count, got.x_is_step) == (n, False)
+    times = [p.timestamp for p in got.points]
+    assert times == sorted(times) and len(times) <= 16
+    assert {p.value for p in got.points} >= {100.0, -100.0}
+
+
+def test_a_deleted_run_takes_its_thinned_series_with_it(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    ctx.store.create_run(exp, "r")
+    owner = run_owner(exp, "r")
+    ctx.store.add_metrics(owner, [MetricPoint("m", float(i), 1.0 + i, i) for i in range(500)])
+    assert ctx.store.delete_run(exp, "r")
+    ctx.store.create_run(exp, "r")
+    ctx.store.add_metrics(owner, [MetricPoint("m", 7.0, 1.0, 0), MetricPoint("m", 8.0, 2.0, 1)])
+    got = ctx.store.metric_buckets(owner, "m", 1)
+    assert got.count == 2 and [p.value for p in got.points] == [7.0, 8.0]
+
+
+def test_points_stored_before_0008_are_thinned_after_the_upgrade_on_sqlite(
+        tmp_path: Path) -> None:
+    _check_thinned_after_0008(f"sqlite:///{tmp_path / 'old.db'}")
+
+
+@pytest.mark.postgres
+def test_points_stored_before_0008_are_thinned_after_the_upgrade_on_postgres(
+        postgres_server_url: str) -> None:
+    with fresh_postgres_database(postgres_server_url) as url:
+        _check_thinned_after_0008(url)
+
+
+def _check_thinned_after_0008(url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    values = _spiky(3000, spike=2001, dip=999)
+    sa_engine = sa.create_engine(url)
+    try:
+        with sa_engine.connect() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(Path(schema.__file__).parent / "migrations"))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0007")
+            conn.execute(sa.text("INSERT INTO metrics (owner, name, value, step, timestamp) "
+                                 "VALUES ('job:old', 'loss', :v, :s, :t)"),
+                         [{"v": v, "s": i, "t": 10.0 + i} for i, v in enumerate(values)])
+            conn.commit()
+    finally:
+        sa_engine.dispose()
+    assert upgrade_schema(url) == SCHEMA_REVISION
+    store = SqlMetadataStore.open(url)
+    try:
+        old = store.metric_buckets("job:old", "loss", 10)
+        # The same points written after the upgrade thin to the same chart.
+        store.add_metrics("job:new", [MetricPoint("loss", v, 10.0 + i, i)
+                                      for i, v in enumerate(values)])
+        new = store.metric_buckets("job:new", "loss", 10)
+        assert (old.count, old.x_is_step) == (3000, True)
+        assert old.points == new.points
+        assert {p.step for p in old.points} >= {2001, 999}
+        store.add_metrics("job:old", [MetricPoint("loss", 500.0, 5000.0, 3000)])
+        assert store.metric_buckets("job:old", "loss", 10).count == 3001
+    finally:
+        store.close()
+
+
+def test_last_metrics_of_many_owners_in_one_read(ctx: Ctx) -> None:
+    exp = ctx.exp()
+    owners = [run_owner(exp, f"r{i}") for i in range(3)]
+    ctx.store.add_metrics(owners[0], [MetricPoint("loss", 0.9, 1.0, 0),
+                                      MetricPoint("loss", 0.2, 3.0, 2),
+                                      MetricPoint("loss", 0.5, 2.0, 1),
+                                      MetricPoint("acc", 0.7, 1.0)])
+    ctx.store.add_metrics(owners[1], [MetricPoint("loss", 4.0, 5.0, 1),
+                                      MetricPoint("loss", 3.0, 5.0, 2)])  # same time: by step
+    assert ctx.store.last_metrics([*owners, owners[0]]) == {
+        owners[0]: {"acc": 0.7, "loss": 0.2}, owners[1]: {"loss": 3.0}}
+    assert ctx.store.last_metrics([owners[2]]) == {}
+    assert ctx.store.last_metrics([]) == {}

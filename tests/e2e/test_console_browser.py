@@ -253,6 +253,12 @@ def test_pages_load_clean_escape_values_and_draw_a_thinned_chart(ui, session, ta
     tab.page.check("#log-y")  # redrawn on a log scale
     tab.page.wait_for_function("() => document.querySelector('#compare').chart"
                                ".scales.y.distr === 3")
+    with tab.page.expect_navigation():
+        tab.page.click("#x-time")  # the same runs with time on x
+    tab.page.wait_for_selector("figure#compare[data-drawn='2']")
+    assert tab.page.evaluate("document.querySelector('#compare').chart.scales.x.time") is True
+    assert tab.page.locator("#compare .u-legend .u-series").count() == 3
+    assert _non_blank_pixels(tab, "figure#compare") > 100
     tab.clean()
 
     tab.goto(f"{ui}/experiments/exp-a")

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from shoal.console._app import local_path
-from shoal.console._downsample import minmax_buckets
 from shoal.console._endpoints import load_of
 from shoal.console._render import masked, seconds
 from shoal.console._runs import select_runs
 from shoal.console._session import Sessions
 from shoal.core.auth import Scope
+from shoal.core.downsample import minmax_buckets
 from shoal.core.experiments import RunRecord, RunStatus
 from shoal.errors import AuthenticationError, InvalidArgumentError
 from shoal.server.admin import create_token

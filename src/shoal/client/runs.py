@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from shoal.client.http import ServerConnection
+from shoal.core.downsample import MetricBuckets
 from shoal.core.experiments import (
     ExperimentRecord,
     MetricPoint,
@@ -169,6 +170,23 @@ class HttpRunStore:
     def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]:
         params = {"owner": owner} if name is None else {"owner": owner, "name": name}
         return [_point(p) for p in self._http.call("GET", "/metrics", params=params)["points"]]
+
+    def last_metrics(self, owners: Sequence[str]) -> dict[str, dict[str, float]]:
+        wanted = list(dict.fromkeys(owners))
+        out: dict[str, dict[str, float]] = {}
+        for i in range(0, len(wanted), 500):  # the server's limit per request
+            found = self._http.call("GET", "/metrics/last",
+                                    params=[("owner", o) for o in wanted[i:i + 500]])
+            out.update({str(o): {str(k): float(v) for k, v in m.items()}
+                        for o, m in found.items()})
+        return out
+
+    def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
+        found = self._http.call("GET", "/metrics/buckets",
+                                params={"owner": owner, "name": name, "buckets": str(buckets)})
+        return MetricBuckets(name=str(found["name"]), count=int(found["count"]),
+                             x_is_step=bool(found["x_is_step"]),
+                             points=tuple(_point(p) for p in found["points"]))
 
     def metric_names(self, owner: str) -> list[str]:
         return list(self._http.call("GET", "/metrics/names", params={"owner": owner}))

@@ -1,19 +1,18 @@
 """The console's experiment pages: experiments, an experiment's runs (parameters and last
 metric values as columns), a run with its metric charts, and the series the charts draw,
-thinned on the server to the chart's width (``_downsample.py``)."""
+thinned by the store to the chart's width (``RunStore.metric_buckets``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from shoal.console._downsample import minmax_buckets
 from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
@@ -32,6 +31,8 @@ _MAX_CHARTS = 12
 MAX_COMPARE = 50
 #: Runs per page of an experiment's runs table.
 RUNS_PAGE = 50
+#: What a comparison puts on x.
+XAxis = Literal["step", "time"]
 
 
 def _param_key(value: Any) -> tuple[int, float, str]:
@@ -93,10 +94,9 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                             descending=order != "asc")
         pages = max(1, -(-len(found) // RUNS_PAGE))
         shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
-        # Last values are read for the runs shown only: one summary query per run (#21: a
-        # batched read for the whole page is next).
-        lasts = [{m.name: m.last for m in runs.metric_summaries(run.metrics_owner)}
-                 for run in shown]
+        # Last values are read for the runs shown only, in one read for the page.
+        found_last = runs.last_metrics([run.metrics_owner for run in shown]) if shown else {}
+        lasts = [found_last.get(run.metrics_owner, {}) for run in shown]
         params: dict[str, None] = {}
         for run in every:
             params.update(dict.fromkeys(run.parameters))
@@ -135,21 +135,27 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
 
     @api.get("/experiments/{experiment}/compare")
     def compare_page(request: Request, experiment: str, metric: str,
-                     run: Annotated[list[str] | None, Query()] = None) -> Response:
+                     run: Annotated[list[str] | None, Query()] = None,
+                     x: XAxis = "step") -> Response:
         record = runs.get_experiment(experiment)
         shown, left_out = compared(experiment, run or [])
-        query = urlencode([("metric", metric), *(("run", r.run_name) for r in shown)])
+        picked = [("metric", metric), *(("run", r.run_name) for r in shown)]
         return page(request, "compare.html", experiment=record, metric=metric, runs=shown,
-                    left_out=left_out, query=query)
+                    left_out=left_out, query=urlencode([*picked, ("x", x)]), x=x,
+                    by_step=urlencode([*picked, ("x", "step")]),
+                    by_time=urlencode([*picked, ("x", "time")]))
 
     @api.get("/experiments/{experiment}/compare-series")
     def compare_series(experiment: str, metric: str,
                        run: Annotated[list[str] | None, Query()] = None,
-                       width: Annotated[int, Query(ge=1)] = 800) -> Response:
-        """*metric* of each run, thinned to *width* like ``/series``, named by its run."""
+                       width: Annotated[int, Query(ge=1)] = 800,
+                       x: XAxis = "step") -> Response:
+        """*metric* of each run, thinned to *width* like ``/series``, named by its run; x the
+        steps (where every point has one) or, with ``x=time``, the times."""
         shown, _ = compared(experiment, run or [])
         width = min(width, _MAX_WIDTH)
-        found = _in_parallel(lambda r: _thinned(runs, r.metrics_owner, metric, width), shown)
+        found = _in_parallel(lambda r: _thinned(runs, r.metrics_owner, metric, width,
+                                                by_time=x == "time"), shown)
         return JSONResponse({"experiment": experiment, "metric": metric, "series": [
             {**series, "name": r.run_name} for r, series in zip(shown, found, strict=True)]})
 
@@ -209,16 +215,16 @@ def _in_parallel(read: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         return list(pool.map(read, items))
 
 
-def _thinned(runs: RunStore, owner: str, metric: str, width: int) -> dict[str, Any]:
-    """One series of *owner* as a chart gets it: x the steps when every point has one,
-    else the timestamps (epoch seconds); at most ``2 * width`` points; NaN/inf as gaps."""
-    points = runs.get_metrics(owner, metric)
-    by_step = bool(points) and all(p.step is not None for p in points)
+def _thinned(runs: RunStore, owner: str, metric: str, width: int, *,
+             by_time: bool = False) -> dict[str, Any]:
+    """One series of *owner* as a chart gets it: x the steps when every point has one (and
+    not *by_time*), else the timestamps (epoch seconds); at most ``2 * width`` points,
+    thinned by the store (``metric_buckets``: a 100,000-point series is not read whole)."""
+    found = runs.metric_buckets(owner, metric, width)
+    by_step = found.x_is_step and not by_time
+    points = sorted(found.points, key=lambda p: p.timestamp) if by_time and found.x_is_step \
+        else found.points  # thinned in step order: time on x must still ascend
     xs = [float(p.step) if by_step and p.step is not None else p.timestamp for p in points]
     ys = [p.value for p in points]
-    if any(a > b for a, b in zip(xs, xs[1:], strict=False)):  # usually in order already
-        pairs = sorted(zip(xs, ys, strict=True))
-        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-    xs, ys = minmax_buckets(xs, ys, width)
-    return {"name": metric, "x_is_step": by_step, "points": len(points), "x": xs,
+    return {"name": metric, "x_is_step": by_step, "points": found.count, "x": xs,
             "y": [None if math.isnan(y) or math.isinf(y) else y for y in ys]}

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from shoal.core.auth import ApiToken, Scope, User
+from shoal.core.downsample import MetricBuckets
 from shoal.core.endpoints import (
     EndpointConfig,
     EndpointInstance,
@@ -145,6 +146,15 @@ class MetricStore(Protocol):
     def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]: ...
     def metric_names(self, owner: str) -> list[str]: ...
     def metric_summaries(self, owner: str) -> list[MetricSummary]: ...
+    def last_metrics(self, owners: Sequence[str]) -> dict[str, dict[str, float]]:
+        """The last value of each metric of each of *owners*, in one read: ``{owner: {name:
+        value}}`` (an owner without metrics is absent)."""
+        ...
+    def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
+        """*owner*'s metric *name* as a chart *buckets* pixels wide draws it: at most
+        ``2 * buckets`` points, the lowest and highest of each bucket in x order (every
+        point of a shorter series; ``core.downsample``); no series is an empty one."""
+        ...
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from shoal.errors import InvalidArgumentError
 from shoal.server._owners import caller, require_owner
 from shoal.server._wire import (
     ArtifactIn,
+    BucketsOut,
     EndIn,
     ExperimentIn,
     ExperimentOut,
@@ -30,6 +31,8 @@ from shoal.server._wire import (
 
 __all__ = ["run_routes"]
 
+#: The widest chart a thinned read serves (pixels).
+MAX_BUCKETS = 8192
 _RUN = "/experiments/{experiment}/runs/{run}"
 Owner = Annotated[str, Query(min_length=1, description="run:<experiment>/<run> or job:<name>")]
 
@@ -148,6 +151,20 @@ def run_routes(store: RunStore) -> APIRouter:  # noqa: C901 - one small closure 
     def get_metrics(owner: Owner, name: str | None = None) -> MetricsOut:
         points = store.get_metrics(owner, name)
         return MetricsOut(points=[(p.name, p.value, p.timestamp, p.step) for p in points])
+
+    @api.get("/metrics/last", tags=["metrics"])
+    def last_metrics(owner: Annotated[list[str], Query(min_length=1, max_length=500)]
+                     ) -> dict[str, dict[str, float]]:
+        """The last value of each metric of each *owner* (``last_metrics``)."""
+        return store.last_metrics(owner)
+
+    @api.get("/metrics/buckets", tags=["metrics"])
+    def metric_buckets(owner: Owner, name: str,
+                       buckets: Annotated[int, Query(ge=1, le=MAX_BUCKETS)]) -> BucketsOut:
+        """Metric *name* thinned for a chart *buckets* pixels wide (``metric_buckets``)."""
+        found = store.metric_buckets(owner, name, buckets)
+        return BucketsOut(name=found.name, count=found.count, x_is_step=found.x_is_step,
+                          points=[(p.name, p.value, p.timestamp, p.step) for p in found.points])
 
     @api.get("/metrics/names", tags=["metrics"])
     def metric_names(owner: Owner) -> list[str]:

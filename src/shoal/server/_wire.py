@@ -105,6 +105,13 @@ class MetricsOut(BaseModel):
     points: list[Point]
 
 
+class BucketsOut(BaseModel):
+    name: str
+    count: int
+    x_is_step: bool
+    points: list[Point]
+
+
 class SummaryOut(_Out):
     name: str
     count: int

@@ -429,7 +429,8 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
     def delete_all(self) -> None:
         """Remove every row (test clean-up on a shared PostgreSQL database)."""
         with self._db.tx(write=True) as cur:
-            for table in ("endpoint_instances", "endpoints", "metrics", "run_jobs",
+            for table in ("endpoint_instances", "endpoints", "metrics", "metric_series",
+                          "metric_blocks", "run_jobs",
                           "run_artifacts", "run_tags", "run_parameters", "runs", "experiments",
                           "job_events", "job_payloads", "jobs", "api_tokens", "users"):
                 cur.execute(f"DELETE FROM {table}")

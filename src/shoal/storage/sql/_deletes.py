@@ -20,6 +20,7 @@ from shoal.storage.sql._dbapi import Dbapi
 __all__ = ["DeleteTables"]
 
 _RUN_CHILDREN = ("run_parameters", "run_tags", "run_artifacts", "run_jobs")
+_METRIC_TABLES = ("metrics", "metric_series", "metric_blocks")
 _CHUNK = 400  # bounded IN lists: SQLite limits bound parameters
 
 
@@ -57,8 +58,9 @@ class DeleteTables:
                 # Its small payloads (revision 0005); the large ones are files under its prefix.
                 cur.execute(sql(f"DELETE FROM job_payloads WHERE job_name IN ({marks})"), found)
                 cur.execute(sql(f"DELETE FROM run_jobs WHERE job_name IN ({marks})"), found)
-                cur.execute(sql(f"DELETE FROM metrics WHERE owner IN ({marks})"),
-                            [job_owner(n) for n in found])
+                for table in _METRIC_TABLES:
+                    cur.execute(sql(f"DELETE FROM {table} WHERE owner IN ({marks})"),
+                                [job_owner(n) for n in found])
                 cur.execute(sql(f"DELETE FROM jobs WHERE name IN ({marks})"), found)
                 removed += found
         return removed
@@ -98,5 +100,6 @@ class DeleteTables:
                             list(chunk))
             cur.execute(sql(f"DELETE FROM runs WHERE id IN ({_marks(chunk)})"), list(chunk))
         for chunk in _chunks(owners):
-            cur.execute(sql(f"DELETE FROM metrics WHERE owner IN ({_marks(chunk)})"),
-                        list(chunk))
+            for table in _METRIC_TABLES:
+                cur.execute(sql(f"DELETE FROM {table} WHERE owner IN ({_marks(chunk)})"),
+                            list(chunk))

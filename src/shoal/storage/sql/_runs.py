@@ -16,6 +16,7 @@ from typing import Any, overload
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from shoal.core.clock import Clock
+from shoal.core.downsample import MetricBuckets, thin_rows
 from shoal.core.experiments import (
     ExperimentRecord,
     MetricPoint,
@@ -32,6 +33,7 @@ from shoal.errors import (
     RunNotFound,
 )
 from shoal.storage.sql._dbapi import Dbapi
+from shoal.storage.sql.schema import METRIC_BLOCK
 
 __all__ = ["RunTables"]
 
@@ -264,10 +266,24 @@ class RunTables:
                 raise InvalidArgumentError(f"metric {name!r} of {owner}: value {value!r} at "
                                            f"{ts!r} is not finite; nothing was stored",
                                            owner=owner, metric=name)
+        by_name: dict[str, list[MetricPoint]] = {}
+        for p in points:
+            by_name.setdefault(p.name, []).append(p)
+        sql = self._db.sql
         with self._db.tx(write=True) as cur:
-            cur.executemany(self._db.sql(
+            cur.executemany(sql(
                 "INSERT INTO metrics (owner, name, value, step, timestamp) "
                 "VALUES (?, ?, ?, ?, ?)"), rows)
+            blocks: list[tuple[Any, ...]] = []
+            for name, series in by_name.items():
+                # Reserve the series' next positions (atomic: the row is locked or the
+                # database is, so two writers never get the same ones).
+                cur.execute(sql(_RESERVE_POSITIONS), (
+                    owner, name, len(series), sum(p.step is None for p in series)))
+                row = cur.fetchone()
+                assert row is not None
+                blocks += _blocks(owner, name, int(row[0]) - len(series), series)
+            cur.executemany(sql(_UPSERT_BLOCK), blocks)
 
     def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]:
         """*owner*'s points (of metric *name*, or all, by name), in time then step order."""
@@ -280,6 +296,55 @@ class RunTables:
             cur.execute(self._db.sql(sql + " ORDER BY name, " + _POINT_ORDER), params)
             rows = cur.fetchall()
         return [MetricPoint(n, v, t, s) for n, v, t, s in rows]
+
+    def last_metrics(self, owners: Sequence[str]) -> dict[str, dict[str, float]]:
+        """The last value (by time, then step) of each metric of each of *owners*, one query
+        per 500 owners: ``{owner: {name: value}}``; owners without metrics are left out."""
+        wanted = list(dict.fromkeys(owners))
+        out: dict[str, dict[str, float]] = {}
+        with self._db.tx(write=False) as cur:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i:i + 500]
+                cur.execute(self._db.sql(
+                    "SELECT owner, name, value FROM (SELECT owner, name, value, ROW_NUMBER() "
+                    f"OVER (PARTITION BY owner, name ORDER BY {_POINT_ORDER_DESC}) AS rn FROM "
+                    f"metrics WHERE owner IN ({', '.join('?' * len(chunk))})) AS ranked "
+                    "WHERE rn = 1 ORDER BY owner, name"), chunk)
+                for owner, name, value in cur.fetchall():
+                    out.setdefault(owner, {})[name] = float(value)
+        return out
+
+    def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
+        """*owner*'s metric *name* thinned to at most ``2 * buckets`` points (the lowest and
+        highest of each bucket, ``core.downsample``). A series with more than
+        ``METRIC_BLOCK * buckets`` points is thinned from its blocks' extremes
+        (``metric_blocks``: 1/8 of its rows), a shorter one from its points."""
+        if buckets < 1:
+            raise InvalidArgumentError(f"a thinned read needs at least 1 bucket, not {buckets}",
+                                       owner=owner, metric=name)
+        sql = self._db.sql
+        with self._db.tx(write=False) as cur:
+            cur.execute(sql("SELECT points, stepless FROM metric_series WHERE owner = ? AND "
+                            "name = ?"), (owner, name))
+            found = cur.fetchone()
+            if found is None:
+                return MetricBuckets(name=name, count=0, x_is_step=False, points=())
+            count, stepless = int(found[0]), int(found[1])
+            rows: list[tuple[float, float, int | None]]
+            if count <= METRIC_BLOCK * buckets:
+                cur.execute(sql("SELECT value, timestamp, step FROM metrics WHERE owner = ? "
+                                "AND name = ? ORDER BY id"), (owner, name))
+                rows = list(cur.fetchall())
+            else:
+                cur.execute(sql("SELECT lo_value, lo_ts, lo_step, hi_value, hi_ts, hi_step "
+                                "FROM metric_blocks WHERE owner = ? AND name = ? ORDER BY "
+                                "block"), (owner, name))
+                rows = []
+                for lv, lt, ls, hv, ht, hs in cur.fetchall():
+                    rows.append((lv, lt, ls))
+                    if (hv, ht, hs) != (lv, lt, ls):
+                        rows.append((hv, ht, hs))
+        return thin_rows(name, rows, buckets, count=count, x_is_step=stepless == 0)
 
     def metric_names(self, owner: str) -> list[str]:
         with self._db.tx(write=False) as cur:
@@ -313,6 +378,20 @@ _UPSERT_TAG = ("INSERT INTO run_tags (run_id, key, value) VALUES (?, ?, ?) "
 _POINT_ORDER = "timestamp, CASE WHEN step IS NULL THEN 0 ELSE 1 END, step, id"
 _POINT_ORDER_DESC = ("timestamp DESC, CASE WHEN step IS NULL THEN 0 ELSE 1 END DESC, "
                      "step DESC, id DESC")
+_RESERVE_POSITIONS = (
+    "INSERT INTO metric_series (owner, name, points, stepless) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (owner, name) DO UPDATE SET points = metric_series.points + excluded.points, "
+    "stepless = metric_series.stepless + excluded.stepless RETURNING points")
+# A block's extremes: a new point replaces one only when strictly lower (higher), so ties keep
+# the earliest, as the 0008 upgrade does. SET reads the row as it was on both databases.
+_UPSERT_BLOCK = (
+    "INSERT INTO metric_blocks (owner, name, block, lo_value, lo_step, lo_ts, hi_value, "
+    "hi_step, hi_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner, name, block) DO "
+    "UPDATE SET "
+    + ", ".join(
+        f"{side}_{col} = CASE WHEN excluded.{side}_value {op} metric_blocks.{side}_value "
+        f"THEN excluded.{side}_{col} ELSE metric_blocks.{side}_{col} END"
+        for side, op in (("lo", "<"), ("hi", ">")) for col in ("step", "ts", "value")))
 _CHILDREN = (
     ("run_parameters", "c.name, c.value", "c.name"),
     ("run_tags", "c.key, c.value", "c.key"),
@@ -320,6 +399,27 @@ _CHILDREN = (
      "c.created_at, c.name"),
     ("run_jobs", "c.job_name", "c.linked_at, c.job_name"),
 )
+
+
+def _blocks(owner: str, name: str, start: int, series: Sequence[MetricPoint]
+            ) -> list[tuple[Any, ...]]:
+    """Rows for ``_UPSERT_BLOCK``: the extremes of *series*' points within each block they
+    fall in, the first point at position *start*."""
+    out: list[tuple[Any, ...]] = []
+    i = 0
+    while i < len(series):
+        block = (start + i) // METRIC_BLOCK
+        end = min(len(series), (block + 1) * METRIC_BLOCK - start)
+        lo = hi = series[i]
+        for p in series[i + 1:end]:
+            if p.value < lo.value:
+                lo = p
+            if p.value > hi.value:
+                hi = p
+        out.append((owner, name, block, lo.value, lo.step, lo.timestamp, hi.value, hi.step,
+                    hi.timestamp))
+        i = end
+    return out
 
 
 def _run_not_found(experiment_name: str, run_name: str) -> RunNotFound:

@@ -11,12 +11,13 @@ from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.core.experiments import RunStatus
 from shoal.core.jobs import JobStatus
 
-__all__ = ["SCHEMA_REVISION", "api_tokens", "endpoint_instances", "endpoints", "experiments", "job_events",
-           "job_payloads", "jobs", "metadata", "metrics", "run_artifacts", "run_jobs", "run_parameters",
-           "run_tags", "runs", "users"]
+__all__ = ["METRIC_BLOCK", "SCHEMA_REVISION", "api_tokens", "endpoint_instances", "endpoints",
+           "experiments", "job_events", "job_payloads", "jobs", "metadata", "metric_blocks",
+           "metric_series", "metrics", "run_artifacts", "run_jobs", "run_parameters", "run_tags",
+           "runs", "users"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 metadata = sa.MetaData()
 
@@ -161,6 +162,36 @@ metrics = sa.Table(
     sa.Column("step", sa.BigInteger),
     sa.Column("timestamp", sa.Float, nullable=False),
     sa.Index("ix_metrics_owner_name", "owner", "name"),
+)
+
+# --- thinned metric reads (revision 0008) ---------------------------------------------------
+
+#: Points per block of ``metric_blocks``: a chart reads a series' blocks, not its points, once
+#: it has more than ``METRIC_BLOCK`` points per pixel column.
+METRIC_BLOCK = 16
+
+# Each series' point count (its next point's position) and how many points lack a step.
+metric_series = sa.Table(
+    "metric_series", metadata,
+    sa.Column("owner", sa.String(255), primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("points", sa.BigInteger, nullable=False),
+    sa.Column("stepless", sa.BigInteger, nullable=False),
+)
+
+# The lowest and the highest point of each block of METRIC_BLOCK points of a series, by
+# position (the order they were added).
+metric_blocks = sa.Table(
+    "metric_blocks", metadata,
+    sa.Column("owner", sa.String(255), primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("block", sa.BigInteger, primary_key=True),
+    sa.Column("lo_value", sa.Float, nullable=False),
+    sa.Column("lo_step", sa.BigInteger),
+    sa.Column("lo_ts", sa.Float, nullable=False),
+    sa.Column("hi_value", sa.Float, nullable=False),
+    sa.Column("hi_step", sa.BigInteger),
+    sa.Column("hi_ts", sa.Float, nullable=False),
 )
 
 # --- endpoints (revision 0003) -------------------------------------------------------------

@@ -1,0 +1,260 @@
+"""The web console against MLflow's UI (issue #21): time to first paint of the runs page and
+to a drawn 20-run comparison chart, in the same headless Chromium, same run, same data.
+
+    .venv/bin/python bench/console.py [--runs 1000] [--metrics 5] [--steps 10000]
+                                      [--compare 20] [--rounds 3]
+
+The same runs (parameters ``lr``, ``batch``, ``seed``; metrics ``m0``..``m<k>`` of
+``--steps`` steps each) go into a ``shoal ui`` home (SQLite, through ``RunStore``) and into an
+``mlflow server`` (its defaults, SQLite, in MLflow's own venv under the bench cache: runs and
+parameters through its REST API, metric rows written straight into its database, since
+logging millions of points over its API takes far longer than the measurement). Each round
+opens a fresh browser context (empty cache) per page and reads ``performance.now()`` (ms since
+the navigation started) when the page shows what was asked:
+
+- runs page: shoal's ``/experiments/<e>`` shows its first row; MLflow's
+  ``#/experiments/<id>/runs`` shows the newest run's name;
+- chart: shoal's ``/experiments/<e>/compare?metric=m0&run=...`` has drawn all its series
+  (``figure#compare[data-drawn]``); MLflow's metric page
+  (``#/metric/?runs=[...]&metric="m0"``, what "compare → a metric" opens) has a Plotly trace per run.
+
+Goal (issue #21): >= 3x faster than MLflow on the runs page, >= 9x on the 20-run chart.
+Chromium: ``SHOAL_TEST_CHROMIUM`` or ``chromium`` on PATH (``scripts/chromium.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from _common import cpu_model, scratch
+from _servers import (
+    Server,
+    _spawn,
+    free_port,
+    mlflow_python,
+    mlflow_version,
+    shoal_env,
+    start_mlflow,
+)
+
+EXPERIMENT = "console-bench"
+TIMEOUT_MS = int(os.environ.get("CONSOLE_BENCH_TIMEOUT_MS", "120000"))
+T0_MS = 1_750_000_000_000  # the first point's time (ms since the epoch)
+
+
+def _header(args: argparse.Namespace) -> None:
+    print(f"CPU: {cpu_model()}")
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"load average: {' '.join(load)}   python {sys.version.split()[0]}   "
+          f"{args.runs} runs x {args.metrics} metrics x {args.steps} steps, "
+          f"{args.compare}-run chart, {args.rounds} rounds")
+
+
+def _values(run: int, metric: int, steps: int) -> list[float]:
+    rng = random.Random(run * 1000 + metric)
+    return [1.0 / (1 + s / 100) + rng.random() * 0.05 for s in range(steps)]
+
+
+def _params(run: int) -> dict[str, Any]:
+    return {"lr": round(0.001 * (1 + run % 10), 4), "batch": 32 << (run % 3), "seed": run}
+
+
+def load_shoal(home: Path, args: argparse.Namespace) -> float:
+    import shoal
+    from shoal.core import MetricPoint, RunStatus, run_owner
+
+    t0 = time.perf_counter()
+    session = shoal.Session(home=str(home))
+    try:
+        store = session.runs
+        store.ensure_experiment(EXPERIMENT)
+        for r in range(args.runs):
+            name = f"run-{r:04d}"
+            store.create_run(EXPERIMENT, name)
+            store.set_run_parameters(EXPERIMENT, name, _params(r))
+            owner = run_owner(EXPERIMENT, name)
+            for m in range(args.metrics):
+                points = [MetricPoint(f"m{m}", v, (T0_MS + s * 1000) / 1000, s)
+                          for s, v in enumerate(_values(r, m, args.steps))]
+                for i in range(0, len(points), 10_000):
+                    store.add_metrics(owner, points[i:i + 10_000])
+            store.end_run(EXPERIMENT, name, status=RunStatus.COMPLETED)
+    finally:
+        session.close()
+    return time.perf_counter() - t0
+
+
+def _mlflow_call(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", method="POST",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    for attempt in range(5):  # its workers start after /health answers: a dropped connection
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return dict(json.loads(answer.read() or b"{}"))
+        except (ConnectionError, http.client.RemoteDisconnected):
+            if attempt == 4:
+                raise
+            time.sleep(1)  # a bounded retry of a server this bench started
+    raise AssertionError("unreachable")
+
+
+def load_mlflow(url: str, db: Path, args: argparse.Namespace) -> tuple[float, str, list[str]]:
+    """Runs and parameters through the REST API; metric rows straight into its tables."""
+    t0 = time.perf_counter()
+    experiment = _mlflow_call(url, "experiments/create", {"name": EXPERIMENT, "tags": [
+        {"key": "mlflow.experimentKind", "value": "custom_model_development"}]}
+    )["experiment_id"]
+
+    def create(r: int) -> str:
+        run = _mlflow_call(url, "runs/create", {
+            "experiment_id": experiment, "run_name": f"run-{r:04d}",
+            "start_time": T0_MS + r})["run"]["info"]["run_id"]
+        _mlflow_call(url, "runs/log-batch", {"run_id": run, "params": [
+            {"key": k, "value": str(v)} for k, v in _params(r).items()]})
+        return str(run)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # its server has several workers
+        ids = list(pool.map(create, range(args.runs)))
+    with sqlite3.connect(db, timeout=60) as conn:
+        for r, run in enumerate(ids):
+            rows = []
+            latest = []
+            for m in range(args.metrics):
+                values = _values(r, m, args.steps)
+                rows += [(f"m{m}", v, T0_MS + s * 1000, run, s, 0)
+                         for s, v in enumerate(values)]
+                latest.append((f"m{m}", values[-1], T0_MS + (args.steps - 1) * 1000,
+                               args.steps - 1, 0, run))
+            conn.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, "
+                             "is_nan) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, "
+                             "is_nan, run_uuid) VALUES (?, ?, ?, ?, ?, ?)", latest)
+        conn.execute("UPDATE runs SET status = 'FINISHED', end_time = start_time + 1000 "
+                     "WHERE experiment_id = ?", (experiment,))
+    return time.perf_counter() - t0, str(experiment), ids
+
+
+def start_ui(home: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "shoal.cli", "ui", "--port", str(port)]
+    return _spawn("shoal ui", argv, env=shoal_env(home), cwd=home, log=home / f"ui-{port}.log",
+                  probe="/experiments", port=port)
+
+
+def _painted(browser: Any, url: str, ready: Callable[[Any], None]) -> float:
+    """Seconds from the navigation's start to *ready* returning, in a fresh context."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="commit")
+        try:
+            ready(page)
+        except Exception:
+            shot = Path(scratch()) / "console-bench-failed.png"
+            page.screenshot(path=str(shot))
+            print(f"{url}: not shown; screenshot {shot}", file=sys.stderr)
+            raise
+        return float(page.evaluate("performance.now()")) / 1000
+    finally:
+        context.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--metrics", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--compare", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.compare > args.runs:
+        parser.error("--compare cannot exceed --runs")
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("SHOAL_TEST_CHROMIUM") or shutil.which("chromium")
+    if not chromium:
+        sys.exit("no Chromium: run scripts/chromium.sh or set SHOAL_TEST_CHROMIUM")
+    _header(args)
+    python = mlflow_python()
+    print(f"anchor: MLflow {mlflow_version(python)} ('mlflow server', SQLite)")
+    with tempfile.TemporaryDirectory(prefix="console-", dir=scratch()) as tmp_name:
+        tmp = Path(tmp_name)
+        shoal_home, mlflow_dir = tmp / "shoal", tmp / "mlflow"
+        shoal_home.mkdir(mode=0o700)
+        print(f"loaded shoal in {load_shoal(shoal_home, args):.1f} s")
+        servers: list[Server] = []
+        try:
+            mlflow = start_mlflow(python, mlflow_dir)
+            servers.append(mlflow)
+            seconds, experiment, ids = load_mlflow(mlflow.url, mlflow_dir / "mlflow.db", args)
+            print(f"loaded MLflow in {seconds:.1f} s")
+            ui = start_ui(shoal_home)
+            servers.append(ui)
+            shown = [f"run-{r:04d}" for r in range(args.runs - args.compare, args.runs)]
+            compared = ids[args.runs - args.compare:]
+            pages: dict[str, tuple[str, Callable[[Any], None]]] = {
+                "shoal runs": (f"{ui.url}/experiments/{EXPERIMENT}",
+                               lambda p: p.wait_for_selector("input[name=run]")),
+                "mlflow runs": (f"{mlflow.url}/#/experiments/{experiment}/runs",
+                                lambda p: p.get_by_text(f"run-{args.runs - 1:04d}",
+                                                        exact=True).first.wait_for()),
+                "shoal chart": (
+                    f"{ui.url}/experiments/{EXPERIMENT}/compare?metric=m0&"
+                    + "&".join(f"run={n}" for n in shown),
+                    lambda p: p.wait_for_selector(
+                        f"figure#compare[data-drawn='{args.compare}']")),
+                "mlflow chart": (
+                    # As MLflow's Routes.getMetricPageRoute builds it.
+                    f"{mlflow.url}/#/metric/?runs={json.dumps(compared)}&metric="
+                    f"{quote(json.dumps('m0'))}&experiments={json.dumps([experiment])}&"
+                    f"plot_metric_keys={quote(json.dumps(['m0']))}&plot_layout={{}}&"
+                    "x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false&"
+                    "deselected_curves=[]&last_linear_y_axis_range=[]",
+                    lambda p: p.wait_for_function(
+                        "n => document.querySelectorAll('.js-plotly-plot .scatterlayer "
+                        ".trace').length >= n", arg=args.compare, polling=50)),
+            }
+            times: dict[str, list[float]] = {k: [] for k in pages}
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=chromium, headless=True)
+                try:
+                    for url, ready in pages.values():  # a warm-up of each server
+                        _painted(browser, url, ready)
+                    for r in range(args.rounds):
+                        order = list(pages) if r % 2 == 0 else list(pages)[::-1]
+                        for name in order:
+                            times[name].append(_painted(browser, *pages[name]))
+                finally:
+                    browser.close()
+            for name, found in times.items():
+                print(f"{name:13s} p50 {statistics.median(found):6.2f} s   "
+                      f"({', '.join(f'{t:.2f}' for t in found)})")
+            for what, goal in (("runs", 3), ("chart", 9)):
+                ratio = (statistics.median(times[f"mlflow {what}"])
+                         / statistics.median(times[f"shoal {what}"]))
+                print(f"ratio mlflow/shoal {what}: {ratio:.1f}x   goal >= {goal}x")
+        finally:
+            for server in reversed(servers):
+                server.stop()
+
+
+if __name__ == "__main__":
+    main()
