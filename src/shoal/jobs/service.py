@@ -30,7 +30,6 @@ from shoal.core.ports import (
     JobKeys,
     JobStore,
     JobWaiter,
-    LossReporter,
     MetricStore,
     OutcomeRecorder,
 )
@@ -45,6 +44,7 @@ from shoal.errors import (
     PayloadIntegrityError,
     ShoalError,
 )
+from shoal.jobs._orphans import why_orphaned
 from shoal.jobs._payloads import load_payload, store_payloads
 from shoal.jobs._training import ranks_of
 from shoal.jobs._wake import WakeChannel, notify, open_channel
@@ -53,7 +53,6 @@ from shoal.jobs.relaunch import (
     RELAUNCH,
     may_relaunch,
     relaunch,
-    relaunch_stale,
     supervisor_words,
 )
 from shoal.serialization import Payload, deserialize, resign, serialize
@@ -69,8 +68,6 @@ logger = logging.getLogger(__name__)
 
 _HOST = socket.gethostname()
 
-#: How long a record may sit without a launched supervisor before the reaper fails it.
-_UNLAUNCHED_GRACE_S = 120.0
 #: How long a waiting client goes on while the backend does not answer (jobs/service.py).
 _BACKEND_WAIT_S = 30.0
 _WAITER_SLICE_S = 10.0
@@ -118,22 +115,6 @@ def _with_client(spec: JobSpec) -> JobSpec:
     if _CLIENT is None or _CLIENT[0] != pid:
         _CLIENT = (pid, ClientRef(socket.gethostname(), pid, start_ticks(pid)))
     return dataclasses.replace(spec, client=_CLIENT[1])
-
-
-def _client_gone(record: JobRecord) -> str | None:
-    """Why *record*'s client can no longer hand it to a supervisor (it ran on this host and
-    has exited), or None."""
-    from shoal.backends.procfs import process_state, start_ticks
-
-    client = record.spec.client
-    if client is None or client.host != socket.gethostname():
-        return None
-    pid = client.pid
-    if pid and process_state(pid) not in (None, "Z", "X") and \
-            start_ticks(pid) == client.start_ticks:
-        return None
-    return (f"its client (pid {pid} on {client.host}) exited before handing the job to a "
-            "supervisor")
 
 
 def log_key(job: str) -> str:
@@ -791,7 +772,7 @@ class JobService:
     def _reap_one(self, record: JobRecord) -> bool:
         if record.is_terminal:
             return False
-        orphaned = self._why_orphaned(record)
+        orphaned = why_orphaned(record, self.backend, self._is_alive, self._clock.now())
         if orphaned is None:
             return False
         reason, kind = orphaned
@@ -806,46 +787,3 @@ class JobService:
         except InvalidTransitionError:
             return False
         return True
-
-    def _why_orphaned(self, record: JobRecord) -> tuple[str, FailureKind] | None:
-        """Why *record* has no supervisor and never will, and the failure kind that says so
-        (None: it has one, or may get one)."""
-        lost = FailureKind.SUPERVISOR_LOST
-        stale = relaunch_stale(record.handle, _UNLAUNCHED_GRACE_S)
-        if stale is not None:  # another attempt is being started (jobs/relaunch.py)
-            return (f"no supervisor took its attempt {record.handle[RELAUNCH]} within "
-                    f"{int(_UNLAUNCHED_GRACE_S)} s after the last one was lost",
-                    lost) if stale else None
-        alive = self._is_alive(record.handle)
-        if alive is None and not record.handle:
-            age = (self._clock.now() - record.created_at).total_seconds()
-            reason = _client_gone(record)
-            if reason is None and age < _UNLAUNCHED_GRACE_S:
-                return None
-            return (reason or f"no supervisor was started for {int(age)} s after the job "
-                              "was created"), lost
-        if alive is False:
-            return self._how_lost(record.handle)
-        return None
-
-    def _how_lost(self, handle: Mapping[str, Any]) -> tuple[str, FailureKind]:
-        """The reason and kind for a supervisor its backend reports gone: its node lost
-        (``node_lost``, naming the node) or only its process (``supervisor_lost``), where the
-        backend can tell them apart (a cluster's); else both, as possible causes."""
-        who = supervisor_words(handle)
-        loss = None
-        if isinstance(self.backend, LossReporter):
-            try:
-                loss = self.backend.supervisor_loss(handle)
-            except BackendUnavailableError as e:  # the cause stays unknown; the loss is not
-                logger.warning("how the supervisor (%s) was lost is unknown: %s", who, e)
-        if loss is None:
-            return (f"its supervisor ({who}) exited without reporting an end state: it was "
-                    "killed, or its machine was lost", FailureKind.SUPERVISOR_LOST)
-        detail = f" ({loss.detail})" if loss.detail else ""
-        if loss.node_lost:
-            return (f"its supervisor ({who}) was lost with its node: {loss.where} is "
-                    f"declared dead{detail}", FailureKind.NODE_LOST)
-        return (f"its supervisor ({who}) exited without reporting an end state: its process "
-                f"was killed while its node, {loss.where}, still runs{detail}",
-                FailureKind.SUPERVISOR_LOST)
