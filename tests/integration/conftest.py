@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +82,52 @@ def endpoint_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
         s = shoal.Session(home=str(tmp_path / "home"), launcher_idle_seconds=60)
     with endpoint_test_session(s, local=request.param == "local"):
         yield s
+
+
+# --- a PostgreSQL server a test may stop (outages) -----------------------------------
+
+class OwnPostgres:
+    """A PostgreSQL server of this test's own (scripts/postgres.sh), which it may stop."""
+
+    def __init__(self, root: Path) -> None:
+        script = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+        self.root = root
+        self.url = subprocess.run(["bash", str(script), "start", str(root)], check=True,
+                                  capture_output=True, text=True, timeout=120).stdout.strip()
+        self.port = int(self.url.rpartition(":")[2].partition("/")[0])
+        self._bin = Path(shutil.which("pg_ctl") or "pg_ctl").parent
+        for found in sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")):
+            self._bin = found.parent
+
+    def _pg_ctl(self, *args: str) -> None:
+        argv = [str(self._bin / "pg_ctl"), "-D", str(self.root / "data"), *args]
+        if os.getuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
+                     f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+                     "-c fsync=off -c max_connections=200", "start")
+
+
+@pytest.fixture
+def own_postgres(postgres_server_url: str) -> Iterator[OwnPostgres]:
+    """Where the suite has PostgreSQL (make test), a server of this test's own to stop."""
+    if not (shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))):
+        pytest.skip("PostgreSQL's server programs are not installed (scripts/postgres.sh "
+                    "installs them)")
+    # Under /tmp as scripts/test.sh does: the server's user must reach the directory.
+    root = Path(tempfile.mkdtemp(prefix="shoal-own-pg."))
+    try:
+        server = OwnPostgres(root)
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -6,15 +6,11 @@ answers again once PostgreSQL is back. The database is a PostgreSQL server of th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,51 +19,6 @@ import pytest
 from helpers import wait_until
 
 _ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Postgres:
-    """A PostgreSQL server of this test's own, which it may stop and start on its port."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.url = subprocess.run(["bash", str(_ROOT / "scripts" / "postgres.sh"), "start",
-                                   str(root)], check=True, capture_output=True, text=True,
-                                  timeout=120).stdout.strip()
-        self.port = int(self.url.rpartition(":")[2].partition("/")[0])
-        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-        self._pg_ctl_path = found[-1] if found else Path(shutil.which("pg_ctl") or "pg_ctl")
-
-    def _pg_ctl(self, *args: str) -> None:
-        argv = [str(self._pg_ctl_path), "-D", str(self.root / "data"), *args]
-        if os.getuid() == 0:
-            argv = ["runuser", "-u", "postgres", "--", *argv]
-        subprocess.run(argv, check=True, capture_output=True, timeout=120)
-
-    def stop(self) -> None:
-        self._pg_ctl("-m", "immediate", "stop")
-
-    def start(self) -> None:
-        self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
-                     f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                     "-c fsync=off", "start")
-
-
-@pytest.fixture
-def own_postgres(postgres_server_url: str) -> Iterator[_Postgres]:
-    """Where the suite has PostgreSQL (make test), a server of this test's own to stop."""
-    if not (shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))):
-        pytest.skip("PostgreSQL's server programs are not installed (scripts/postgres.sh "
-                    "installs them)")
-    root = Path(tempfile.mkdtemp(prefix="shoal-own-pg."))  # the server's user must reach it
-    try:
-        server = _Postgres(root)
-        try:
-            yield server
-        finally:
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                server.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
