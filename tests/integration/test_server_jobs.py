@@ -429,12 +429,18 @@ def _trivial(x):
     return x + 1
 
 
-def test_a_warm_call_through_the_server_is_three_requests_of_the_client(team, monkeypatch):
+def test_a_warm_call_through_the_server_is_one_request_and_a_poll_of_the_client(
+        team, monkeypatch):
     """A warm ``submit(f, x).result()`` made four requests in a row before its job could
     start (its secret, the records, the payload file, the launch) and then long-polled; now
-    the records, the batch's files and the launch are one ``POST /launches/batch``, and the
-    worker stores its result with its jobs' ends (``POST /job-transitions`` with files)."""
+    the job's secret comes from the client's key lease (one ``POST /keys/lease`` per
+    session), the records, the batch's files and the launch are one ``POST
+    /launches/batch``, and the worker is handed its take and has its ends recorded by the
+    server that claimed it (no request of its own). Later readers derive the same secrets
+    from the server: a new session verifies and reads each result."""
     from shoal import RemoteExecutor
+    from shoal.core.leases import LEASE_PREFIX
+    from shoal.session import Session
 
     connection = team.server_connection()
     calls: list[tuple[str, str]] = []
@@ -448,22 +454,27 @@ def test_a_warm_call_through_the_server_is_three_requests_of_the_client(team, mo
         assert e.submit(_trivial, 1).result(timeout=120) == 2  # starts the warm worker
         monkeypatch.setattr(connection, "call", counted)
         assert [e.submit(_trivial, i).result(timeout=120) for i in range(3)] == [1, 2, 3]
-        monkeypatch.undo()
+        monkeypatch.setattr(connection, "call", real)
     sent = [(m, p.split("/launches/")[0] + "/launches/*" if p.endswith("/messages") else p)
             for m, p in calls]
-    assert sent.count(("POST", "/keys/job-secrets")) == 3
     assert sent.count(("POST", "/launches/batch")) == 3
-    assert ("POST", "/job-batches") not in sent and ("POST", "/launches") not in sent
+    assert not {("POST", "/keys/job-secrets"), ("POST", "/keys/lease"), ("POST", "/job-batches"),
+                ("POST", "/launches")} & set(sent), sent
     # Else only reads: the messages' long polls, and (when a poll's slice ends before the
     # worker's answer on a loaded machine) a read of the job's record; no other write.
     assert all(m == "GET" and p.startswith(("/launches/", "/jobs/")) for m, p in sent
-               if (m, p) not in {("POST", "/keys/job-secrets"), ("POST", "/launches/batch")}), \
-        sent
+               if (m, p) != ("POST", "/launches/batch")), sent
     records = team.jobs.metadata.list_jobs(JobQuery(name_contains="trivial", limit=10))
     assert len(records) == 4 and all(r.status == JobStatus.COMPLETED for r in records)
     assert len({r.handle["pid"] for r in records}) == 1  # one warm worker took them all
-    for record in records:  # each result was stored with its end: read back from the store
-        assert team.jobs.outcome(record) in {1, 2, 3}
+    assert all(team.jobs.metadata.get_job_key_salt(r.name).startswith(LEASE_PREFIX)
+               for r in records)
+    reader = Session()  # the same server and token, a new client: no lease of its own
+    try:  # no lease of its own: the server derives the secrets the results were signed with
+        assert sorted(reader.jobs.outcome(reader.jobs.get(r.name)) for r in records) == \
+            [1, 2, 2, 3]
+    finally:
+        reader.close()
 
 
 def test_the_batch_launch_take_and_files_with_transitions_reach_only_their_own(shoal_server):

@@ -8,24 +8,37 @@ never retired under a client that just claimed it.
 
 Worker to client, for a batch: JSON lines ``{"jobs": [...], "size": n}`` each followed by *n*
 bytes, then ``{"done": true}``. For one job: ``{"done": true}``.
+
+A batch may be handed over with its take (``ExecContext.take``: the first record and the calls,
+which a team server has at hand): the worker answers ``{"ok": true, ..., "take": "inline"}``
+and, before it runs anything, reads one more line from the claimer, ``{"statuses": {...},
+"handle": {...}}`` once the claimer has recorded the worker's handle on the jobs (or
+``{"error": why}``), instead of taking the jobs through the stores. Such a worker also has the
+claimer record what happens to the jobs: ``{"record": [changes], "files": [[key, size],
+...], "size": n}`` followed by the files' bytes, answered ``{"applied": [...]}`` (or
+``{"error": {"code", "message"}}``), before it says which jobs ended.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import socket
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from shoal.backends.procfs import start_ticks
 from shoal.backends.rundir import private_socket_dir
+from shoal.core.jobs import JobRecord, JobStatus
+from shoal.core.ports import HandedTake, Handle
 
 __all__ = ["OWNER_FILE", "WarmClaim", "WarmEndpoint", "WarmRequest", "claim_worker",
            "pool_dir"]
@@ -33,6 +46,8 @@ __all__ = ["OWNER_FILE", "WarmClaim", "WarmEndpoint", "WarmRequest", "claim_work
 #: In a pool's directory: the run directory of the home it serves (``shoal workers`` finds
 #: pools that live in the private socket directory by it).
 OWNER_FILE = "run_dir"
+#: Longest a worker waits for its claimer to record a batch's changes.
+_RECORD_WAIT_S = 120.0
 
 
 def pool_dir(run_dir: Path, pool: str) -> Path:
@@ -49,8 +64,10 @@ def _recv_line(sock: socket.socket, buf: bytearray | None = None) -> dict[str, A
     ends a job at once sends its news right behind its answer, in the same read)."""
     if buf is None:
         buf = bytearray()
-    while (end := buf.find(b"\n")) < 0:
-        chunk = sock.recv(65536)
+    seen = 0  # bytes searched already: a long line (a handed take) is searched once
+    while (end := buf.find(b"\n", seen)) < 0:
+        seen = len(buf)
+        chunk = sock.recv(1 << 20)
         if not chunk:
             raise ConnectionError("peer closed the connection")
         buf += chunk
@@ -68,11 +85,44 @@ class WarmClaim:
     """A client's hold on one warm worker for one job (or one batch)."""
 
     def __init__(self, sock: socket.socket, lock: IO[str], pid: int,
-                 ticks: int | None = None, received: bytes = b"") -> None:
+                 ticks: int | None = None, received: bytes = b"", *,
+                 inline: bool = False) -> None:
         self._sock, self._lock, self.pid = sock, lock, pid
         self.start_ticks = ticks
         self.done = False
         self._buf = bytearray(received)  # what the worker sent right behind its answer
+        self._inline = inline
+
+    @property
+    def takes_inline(self) -> bool:
+        """The worker was handed the batch's take and waits for ``give_statuses``."""
+        return self._inline
+
+    @property
+    def worker_handle(self) -> Handle:
+        """The worker's handle, as its own supervisor would record it on a local backend."""
+        return {"backend": "local", "pid": self.pid, "host": socket.gethostname(),
+                "start_ticks": self.start_ticks}
+
+    def answer(self, message: Mapping[str, Any]) -> None:
+        """Answer the worker's request to record (``{"record": ...}``, see module)."""
+        with contextlib.suppress(OSError):  # the worker went away: reading says so
+            _send_line(self._sock, message)
+
+    def give_statuses(self, statuses: Mapping[str, JobStatus] | None, handle: Handle,
+                      why: str | None = None) -> None:
+        """Tell a worker handed its take what ``set_handles`` recorded (``InlineTaking``);
+        None: it runs nothing of the batch (*why* goes to its log)."""
+        if not self._inline:
+            raise RuntimeError("this worker was not handed a take")
+        self._inline = False
+        message: dict[str, Any] = {"error": why or "the claimer recorded no handle"} \
+            if statuses is None else {"statuses": {k: str(v) for k, v in statuses.items()},
+                                      "handle": dict(handle)}
+        try:
+            _send_line(self._sock, message)
+        except OSError:
+            pass  # the worker went away: reading the claim says so
 
     def read(self, timeout: float) -> tuple[dict[str, Any], bytes] | None:
         """The worker's next message about a batch and the bytes that follow it; None on
@@ -166,7 +216,8 @@ def claim_worker(directory: Path, request: Mapping[str, Any]) -> WarmClaim | Non
             lock.close()
             continue
         if reply.get("ok"):
-            return WarmClaim(sock, lock, pid, reply.get("start_ticks"), bytes(received))
+            return WarmClaim(sock, lock, pid, reply.get("start_ticks"), bytes(received),
+                             inline="take" in request and reply.get("take") == "inline")
         sock.close()
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
@@ -180,6 +231,21 @@ class WarmRequest:
     job: str
     env: dict[str, str]
     batch: tuple[str, ...] = field(default=())
+    take: HandedTake | None = None
+
+
+def take_request(take: HandedTake) -> dict[str, Any]:
+    """A batch's take as it travels in a hand-over request (``"take"``)."""
+    return {"record": take.record.to_json(),
+            "calls": base64.b64encode(take.calls).decode("ascii")}
+
+
+def _handed_take(request: Mapping[str, Any]) -> HandedTake | None:
+    given = request.get("take")
+    if not isinstance(given, Mapping):
+        return None
+    return HandedTake(JobRecord.from_json(given["record"]),
+                      base64.b64decode(given["calls"], validate=True))
 
 
 class WarmEndpoint:
@@ -259,15 +325,68 @@ class WarmEndpoint:
             try:
                 conn.settimeout(10)
                 request = _recv_line(conn)
+                take = _handed_take(request) if request.get("batch") else None
                 if self._ticks is None:
                     self._ticks = start_ticks(self._pid)
-                _send_line(conn, {"ok": True, "pid": self._pid, "start_ticks": self._ticks})
-            except (OSError, ValueError):
+                reply: dict[str, Any] = {"ok": True, "pid": self._pid,
+                                         "start_ticks": self._ticks}
+                if take is not None:
+                    reply["take"] = "inline"
+                _send_line(conn, reply)
+            except (OSError, ValueError, KeyError, TypeError):
                 conn.close()
                 continue
             self._conn = conn
             return WarmRequest(str(request["job"]), dict(request.get("env") or {}),
-                               tuple(str(n) for n in request.get("batch") or ()))
+                               tuple(str(n) for n in request.get("batch") or ()), take)
+
+    def take_statuses(self, timeout: float) -> tuple[dict[str, JobStatus], Handle] | None:
+        """The claimer's word on a batch handed over with its take (see module): the
+        statuses it recorded the handle with, and that handle; None when it could not (or
+        went away, or said nothing for *timeout* seconds)."""
+        if self._conn is None:
+            return None
+        try:
+            self._conn.settimeout(timeout)
+            message = _recv_line(self._conn)
+            self._conn.settimeout(10)
+        except (OSError, ValueError):
+            return None
+        if "statuses" not in message:
+            sys.stderr.write(f"[shoal] warm worker pid {self._pid}: the claimer recorded no "
+                             f"handle on the batch: {message.get('error')}\n")
+            return None
+        return ({str(k): JobStatus(v) for k, v in message["statuses"].items()},
+                dict(message.get("handle") or {}))
+
+    def record(self, changes: Sequence[Mapping[str, Any]], files: Mapping[str, bytes]
+               ) -> list[bool] | None:
+        """Have the claimer of a batch handed over with its take record *changes* (JSON of
+        ``JobChange``) after storing *files* (see module): which were applied; None (why
+        written to the worker's log) when it refused or went away: the worker then records
+        through its stores, whose answer is the one that counts."""
+        if self._conn is None:
+            return None
+        keys = list(files)
+        data = b"".join(files[k] for k in keys)
+        header = {"record": list(changes), "files": [[k, len(files[k])] for k in keys],
+                  "size": len(data)}
+        try:
+            self._conn.settimeout(_RECORD_WAIT_S)
+            self._conn.sendall(json.dumps(header).encode() + b"\n" + data)
+            reply = _recv_line(self._conn)
+            self._conn.settimeout(10)
+        except (OSError, ValueError) as e:
+            self._conn.close()
+            self._conn = None
+            sys.stderr.write(f"[shoal] warm worker pid {self._pid}: the claimer went away "
+                             f"before recording the batch's changes: {e}\n")
+            return None
+        if "applied" not in reply:
+            sys.stderr.write(f"[shoal] warm worker pid {self._pid}: the claimer did not "
+                             f"record the batch's changes: {reply.get('error')}\n")
+            return None
+        return [bool(a) for a in reply["applied"]]
 
     def notify(self, message: Mapping[str, Any], data: bytes = b"") -> None:
         """Tell the client something about its batch (``message["size"]`` bytes follow)."""

@@ -21,7 +21,14 @@ from typing import Any, Literal
 
 from shoal._internal.private import CLIENT_UMASK_VAR, client_umask
 from shoal.backends._launcher import launcher_lock_path
-from shoal.backends._warm import WarmEndpoint, _recv_line, _send_line, claim_worker, pool_dir
+from shoal.backends._warm import (
+    WarmEndpoint,
+    _recv_line,
+    _send_line,
+    claim_worker,
+    pool_dir,
+    take_request,
+)
 from shoal.backends.procfs import process_state, start_ticks
 from shoal.backends.rundir import private_socket_dir
 from shoal.core.ports import ExecContext, LaunchInfo
@@ -69,6 +76,8 @@ class LocalBackend:
             request: dict[str, Any] = {"job": ctx.job, "env": env}
             if ctx.batch:
                 request["batch"] = list(ctx.batch)
+                if ctx.take is not None:
+                    request["take"] = take_request(ctx.take)
             claim = claim_worker(pool_dir(self._run_dir, pool), request)
             if claim is not None:
                 return LaunchInfo("local", claim.pid, socket.gethostname(),

@@ -12,13 +12,12 @@ from __future__ import annotations
 import base64
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
 from shoal.client.http import ServerConnection
-from shoal.core.jobs import FailureKind, JobChange, JobEvent, JobName, JobRecord, JobSpec, JobStatus
+from shoal.core.jobs import FailureKind, JobChange, JobRecord, JobSpec, JobStatus
 from shoal.core.ports import Handle, JobQuery
 from shoal.errors import JobNotFound
 
@@ -28,28 +27,9 @@ __all__ = ["HttpJobStore"]
 _NAMES_PER_REQUEST = 100
 
 
-def _time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
-def _at(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 def job_record(body: Mapping[str, Any]) -> JobRecord:
     """A ``JobRecord`` from the server's JSON (``server._wire_jobs.JobOut``)."""
-    kind = body["failure_kind"]
-    return JobRecord(
-        name=JobName(body["name"]), spec=JobSpec.from_json(body["spec"]),
-        status=JobStatus(body["status"]), created_at=_at(body["created_at"]),
-        updated_at=_at(body["updated_at"]), started_at=_time(body["started_at"]),
-        ended_at=_time(body["ended_at"]), attempt=int(body["attempt"]),
-        failure_kind=None if kind is None else FailureKind(kind),
-        failure_reason=body["failure_reason"], exit_code=body["exit_code"],
-        backend=body["backend"], handle=dict(body["handle"]),
-        env_setup_seconds=body["env_setup_seconds"],
-        events=tuple(JobEvent(JobStatus(e["status"]), _at(e["at"]), e["reason"])
-                     for e in body["events"]), owner=str(body.get("owner", "local")))
+    return JobRecord.from_json(body)
 
 
 def _b64(data: bytes) -> str:
@@ -211,10 +191,7 @@ class HttpJobStore:
 
 
 def _change(c: JobChange) -> dict[str, Any]:
-    return {"name": c.name, "status": _enum(c.status), "expected": _enum(c.expected),
-            "at": None if c.at is None else c.at.isoformat(), "reason": c.reason,
-            "failure_kind": _enum(c.failure_kind), "exit_code": c.exit_code,
-            "attempt": c.attempt, "env_setup_seconds": c.env_setup_seconds}
+    return c.to_json()
 
 
 def _q(segment: str) -> str:

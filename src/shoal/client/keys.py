@@ -10,18 +10,37 @@ from collections.abc import Sequence
 
 from shoal.client.http import ServerConnection
 from shoal.core.api import MAX_JOB_SECRETS_PER_REQUEST
+from shoal.core.leases import leased_job_secret, leased_salt
 
 __all__ = ["HttpJobKeys"]
 
 
 class HttpJobKeys:
     """``secret(job, salt)``: ``POST /api/v1/keys/job-secret``; ``secrets([...])``, a batch's:
-    ``POST /api/v1/keys/job-secrets``, one request (both cached per job and salt)."""
+    ``POST /api/v1/keys/job-secrets``, one request (both cached per job and salt).
+    ``new_secrets(jobs)`` (``SaltingKeys``): new jobs' salts and secrets under one key lease
+    (``POST /api/v1/keys/lease``, once), derived here without a request per job."""
 
     def __init__(self, connection: ServerConnection) -> None:
         self._http = connection
         self._known: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+        self._lease: tuple[str, bytes] | None = None
+
+    def new_secrets(self, jobs: Sequence[str]) -> list[tuple[str, str]]:
+        with self._lock:
+            lease = self._lease
+        if lease is None:
+            body = self._http.call("POST", "/keys/lease")
+            lease = (str(body["lease"]), bytes.fromhex(str(body["secret"])))
+            with self._lock:
+                self._lease = self._lease or lease
+                lease = self._lease
+        out = []
+        for job in jobs:
+            salt = leased_salt(lease[0])
+            out.append((salt, leased_job_secret(lease[1], job, salt)))
+        return out
 
     def secret(self, job: str, salt: str) -> str:
         with self._lock:

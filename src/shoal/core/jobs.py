@@ -337,6 +337,16 @@ class JobChange:
     attempt: int | None = None
     env_setup_seconds: float | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The change as JSON: the shape of the team server's ``ChangeIn``."""
+        def text(value: StrEnum | None) -> str | None:
+            return None if value is None else str(value)
+
+        return {"name": self.name, "status": str(self.status), "expected": text(self.expected),
+                "at": None if self.at is None else self.at.isoformat(), "reason": self.reason,
+                "failure_kind": text(self.failure_kind), "exit_code": self.exit_code,
+                "attempt": self.attempt, "env_setup_seconds": self.env_setup_seconds}
+
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
@@ -365,6 +375,43 @@ class JobRecord:
     @property
     def is_terminal(self) -> bool:
         return self.status.is_terminal
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: the shape of the team server's ``JobOut``."""
+        def at(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {"name": self.name, "spec": self.spec.to_json(), "status": str(self.status),
+                "created_at": at(self.created_at), "updated_at": at(self.updated_at),
+                "started_at": at(self.started_at), "ended_at": at(self.ended_at),
+                "attempt": self.attempt,
+                "failure_kind": None if self.failure_kind is None else str(self.failure_kind),
+                "failure_reason": self.failure_reason, "exit_code": self.exit_code,
+                "backend": self.backend, "handle": dict(self.handle),
+                "env_setup_seconds": self.env_setup_seconds,
+                "events": [{"status": str(e.status), "at": at(e.at), "reason": e.reason}
+                           for e in self.events], "owner": self.owner}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> JobRecord:
+        """A record from ``to_json`` (or the server's ``JobOut``) JSON."""
+        def at(value: str | None) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(value)
+
+        kind = body["failure_kind"]
+        return cls(
+            name=JobName(body["name"]), spec=JobSpec.from_json(body["spec"]),
+            status=JobStatus(body["status"]), created_at=datetime.fromisoformat(
+                body["created_at"]), updated_at=datetime.fromisoformat(body["updated_at"]),
+            started_at=at(body["started_at"]), ended_at=at(body["ended_at"]),
+            attempt=int(body["attempt"]),
+            failure_kind=None if kind is None else FailureKind(kind),
+            failure_reason=body["failure_reason"], exit_code=body["exit_code"],
+            backend=body["backend"], handle=dict(body["handle"]),
+            env_setup_seconds=body["env_setup_seconds"],
+            events=tuple(JobEvent(JobStatus(e["status"]), datetime.fromisoformat(e["at"]),
+                                  e["reason"]) for e in body["events"]),
+            owner=str(body.get("owner", "local")))
 
     @property
     def duration_seconds(self) -> float | None:

@@ -29,9 +29,9 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
-           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
+           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "HandedTake", "InlineTaking", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
            "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "OutcomeRecorder",
-           "RunStore",
+           "RunStore", "SaltingKeys",
            "SupervisorLoss", "WarmPoolHost", "WarmWorkerEndpoint"]
 
 
@@ -248,6 +248,16 @@ class JobKeys(Protocol):
         ...
 
 
+@runtime_checkable
+class SaltingKeys(Protocol):
+    """``JobKeys`` that draw new jobs' salts themselves and derive their secrets without a
+    request (a team server's client, under a key lease: ``client.keys.HttpJobKeys``)."""
+
+    def new_secrets(self, jobs: Sequence[str]) -> list[tuple[str, str]]:
+        """``(salt, secret)`` for each new job named in *jobs*, in order."""
+        ...
+
+
 class JobEnds(Protocol):
     """What tells a client that a job ended without it polling the record: a team server's
     long polls (``client.backend.HttpJobEnds``)."""
@@ -284,6 +294,18 @@ LOST_HOSTS = "hosts-lost"
 
 
 @dataclass(frozen=True, slots=True)
+class HandedTake:
+    """What a batch's supervisor would read to take its jobs, handed to a warm worker with
+    the batch (a team server has both at hand: it has just recorded and stored them): the
+    first job's record and the bytes of the batch's calls file. The worker then does not
+    record its handle itself: it waits for the claimer to (``InlineTaking.give_statuses``).
+    """
+
+    record: JobRecord
+    calls: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ExecContext:
     """What a backend starts: a dotted entry point, its arguments and its environment."""
 
@@ -307,6 +329,9 @@ class ExecContext:
     #: Jobs handed over together to one warm worker (``JobService.submit_batch``); ``job`` then
     #: names the batch.
     batch: tuple[str, ...] = ()
+    #: A batch's take, for a warm worker to be handed with it (``HandedTake``); a backend
+    #: that cannot hand it over ignores it (the worker then reads it from the stores).
+    take: HandedTake | None = None
 
 
 class JobWaiter(Protocol):
@@ -430,6 +455,28 @@ class BatchTaker(Protocol):
 
 
 @runtime_checkable
+class InlineTaking(Protocol):
+    """A warm worker's claim that was handed a batch's take (``ExecContext.take``): the
+    claimer records the worker's handle on the jobs and gives it the statuses."""
+
+    @property
+    def takes_inline(self) -> bool:
+        """The worker took the batch's take and waits for ``give_statuses``."""
+        ...
+    @property
+    def worker_handle(self) -> Handle:
+        """The handle to record on the batch's jobs."""
+        ...
+    def give_statuses(self, statuses: Mapping[str, JobStatus] | None, handle: Handle,
+                      why: str | None = None) -> None:
+        """``set_handles``' answer for the worker (None, with *why*: it runs nothing)."""
+        ...
+    def answer(self, message: Mapping[str, Any]) -> None:
+        """The claimer's answer to the worker's request to record (``record``)."""
+        ...
+
+
+@runtime_checkable
 class OutcomeRecorder(Protocol):
     """A job store that stores files with a transaction of changes in one call (a team
     server: a batch's outcome file and its jobs' ends, one request)."""
@@ -451,6 +498,10 @@ class HandedJob(Protocol):
     def env(self) -> dict[str, str]: ...
     @property
     def batch(self) -> tuple[str, ...]: ...
+    @property
+    def take(self) -> HandedTake | None:
+        """The batch's take, when the claimer handed it over (``ExecContext.take``)."""
+        ...
 
 
 class WarmWorkerEndpoint(Protocol):
@@ -466,6 +517,17 @@ class WarmWorkerEndpoint(Protocol):
         ...
     def notify(self, message: Mapping[str, Any], data: bytes = b"") -> None:
         """Tell the client of a batch about its jobs (read by ``JobWaiter.read``)."""
+        ...
+    def take_statuses(self, timeout: float) -> tuple[dict[str, JobStatus], Handle] | None:
+        """After a job handed over with its take: the statuses ``set_handles`` gave the
+        claimer and the handle it recorded; None when the claimer could not record it (or
+        went away): the worker then runs nothing of that batch."""
+        ...
+    def record(self, changes: Sequence[Mapping[str, Any]], files: Mapping[str, bytes]
+               ) -> list[bool] | None:
+        """After a job handed over with its take: have the claimer store *files* and record
+        *changes* (``JobChange.to_json``); which were applied, or None when it refused or
+        went away (the worker then records through its stores)."""
         ...
     def job_done(self) -> None: ...
     def close(self) -> None: ...

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
-from shoal.core.ports import BatchTaker, JobQuery
+from shoal.core.ports import BatchTaker, HandedTake, JobQuery
 from shoal.core.secrets import mask_text
 from shoal.jobs._batchfiles import outcome_files, read_batch
 from shoal.jobs._batchoutput import MarkedOutput
@@ -47,6 +47,7 @@ from shoal.serialization import Payload
 from shoal.serialization.keys import payload_key
 
 if TYPE_CHECKING:
+    from shoal.core.ports import WarmWorkerEndpoint
     from shoal.jobs.driver import Supervisor
 
 __all__ = ["AHEAD", "FLUSH_JOBS", "FLUSH_SECONDS", "BatchRun"]
@@ -56,6 +57,8 @@ logger = logging.getLogger(__name__)
 #: Longest a change waits before it is recorded, and most ended calls per transaction.
 FLUSH_SECONDS = 0.025
 FLUSH_JOBS = 64
+#: Longest a worker handed a batch with its take waits for the claimer to record its handle.
+TAKE_WAIT_SECONDS = 60.0
 #: Calls with the executor at a time (the one it runs and those that wait their turn).
 AHEAD = 4
 #: How often the output of a running call is read, and how much output at once makes the
@@ -92,8 +95,10 @@ class _Pending:
 
 class BatchRun:
     def __init__(self, sup: Supervisor, batch: str, names: Sequence[str],
-                 notify: Notify | None) -> None:
+                 notify: Notify | None,
+                 handed: tuple[HandedTake, WarmWorkerEndpoint] | None = None) -> None:
         self._sup = sup
+        self._handed = handed
         self._svc = sup.service
         self._batch = batch
         self._names = list(names)
@@ -147,7 +152,16 @@ class BatchRun:
         """Say who supervises the batch's jobs; load what the pending ones need."""
         svc = self._svc
         calls = None
-        if isinstance(svc.metadata, BatchTaker):  # through a team server: one request
+        if self._handed is not None:  # handed over with the batch: the claimer records it
+            take, claimer = self._handed
+            answer = claimer.take_statuses(TAKE_WAIT_SECONDS)
+            if answer is None:  # it recorded nothing: its launch fails the jobs saying why
+                return False
+            statuses, handle = answer
+            first, calls = take.record, take.calls
+            if dict(handle) != _own_handle(self._sup):  # not this supervisor's own word
+                statuses = svc.metadata.set_handles(self._names, _own_handle(self._sup))
+        elif isinstance(svc.metadata, BatchTaker):  # through a team server: one request
             statuses, first, calls = svc.metadata.take_batch(self._names, _own_handle(self._sup),
                                                              self._batch)
         else:
@@ -506,8 +520,7 @@ class BatchRun:
             # Parts are numbered 1, 2... without gaps: readers look in order. Each is stored
             # before the ends it holds are recorded (with them, through a team server).
             files = outcome_files(self._batch, self._part + 1, outcomes) if outcomes else {}
-            applied = self._svc.advance_many(pending.changes, files=files) \
-                if pending.changes or files else []
+            applied = self._advance(pending.changes, files) if pending.changes or files else []
             if outcomes:
                 self._part += 1
         except BaseException:
@@ -527,6 +540,18 @@ class BatchRun:
             jobs.append([name, status, [len(b) for b in sent]])
             data.extend(sent)
         self._notify({"jobs": jobs}, b"".join(data))
+
+    def _advance(self, changes: list[JobChange], files: dict[str, bytes]) -> list[bool]:
+        """Record *changes* after storing *files*: through the claimer of a batch handed
+        over with its take (a team server: no request of the worker's), else (or once the
+        claimer could not) through the stores."""
+        if self._handed is not None:
+            applied = self._handed[1].record([c.to_json() for c in changes], files)
+            if applied is not None:
+                self._svc.applied(changes, applied)
+                return applied
+            self._handed = None  # it said why in the log; the stores' answer counts
+        return self._svc.advance_many(changes, files=files)
 
     def _on_stop(self, executor: WarmExecutor | None) -> None:
         """A SIGTERM: stop the calls whose jobs were asked to stop; if none was, the worker

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.core.jobs import FailureKind, JobKind, JobRecord, JobSpec, JobStatus
+from shoal.core.ports import HandedTake, WarmWorkerEndpoint
 from shoal.core.secrets import mask_text
 from shoal.errors import InvalidTransitionError, ShoalError, StorageError
 from shoal.jobs._descendants import (
@@ -475,13 +476,18 @@ class Supervisor:
         return 70  # not reached
 
     def run_batch(self, batch: str, names: Sequence[str], *,
-                  notify: Callable[[dict[str, Any], bytes], None] | None = None) -> int:
+                  notify: Callable[[dict[str, Any], bytes], None] | None = None,
+                  take: HandedTake | None = None,
+                  claimer: WarmWorkerEndpoint | None = None) -> int:
         """Run jobs handed over together (``JobService.submit_batch``), each its own job;
-        *notify* tells the client which ended (``jobs/_batchrun.py``)."""
+        *notify* tells the client which ended (``jobs/_batchrun.py``). *take*: what the
+        claimer handed over with the batch (``ExecContext.take``); the *claimer* (the
+        worker's endpoint) then records the handle and the jobs' changes."""
         from shoal.jobs._batchrun import BatchRun
 
         self._svc.hand_over(take_handover(os.environ))  # before any job code runs
-        return BatchRun(self, batch, names, notify).run()
+        handed = None if take is None or claimer is None else (take, claimer)
+        return BatchRun(self, batch, names, notify, handed).run()
 
     def _child_env(self, spec: JobSpec, secret: str, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}

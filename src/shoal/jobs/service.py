@@ -32,6 +32,7 @@ from shoal.core.ports import (
     JobWaiter,
     MetricStore,
     OutcomeRecorder,
+    SaltingKeys,
 )
 from shoal.errors import (
     ArtifactNotFound,
@@ -210,9 +211,13 @@ class JobService:
 
             raise ConfigError("this process (a job's supervisor) cannot submit jobs: it holds "
                               "no user secret")
-        salts = [new_salt() for _ in specs]
-        secrets = self.keys.secrets([(spec.name, salt) for spec, salt in
-                                     zip(specs, salts, strict=True)])
+        if isinstance(self.keys, SaltingKeys):  # a team server's lease: no request
+            salts, secrets = map(list, zip(*self.keys.new_secrets([s.name for s in specs]),
+                                           strict=True)) if specs else ([], [])
+        else:
+            salts = [new_salt() for _ in specs]
+            secrets = self.keys.secrets([(spec.name, salt) for spec, salt in
+                                         zip(specs, salts, strict=True)])
         out = []
         for spec, salt, secret in zip(specs, salts, secrets, strict=True):
             spec = _with_client(spec)  # a record whose client dies unlaunched ends at once
@@ -543,13 +548,18 @@ class JobService:
             for key, data in (files or {}).items():
                 self.artifacts.put_bytes(key, data)
             applied = self.metadata.update_jobs(changes) if changes else []
+        self.applied(changes, applied)
+        return applied
+
+    def applied(self, changes: Sequence[JobChange], applied: Sequence[bool]) -> None:
+        """After *changes* were recorded (*applied*: which), elsewhere too (a warm worker's
+        claimer): log them and wake this host's clients waiting on the jobs that ended."""
         for change, ok in zip(changes, applied, strict=True):
             if ok:
                 logger.info("job %s is %s", change.name, change.status,
                             extra={"job_id": change.name})
         self._wake([c.name for c, ok in zip(changes, applied, strict=True)
                     if ok and c.status.is_terminal])
-        return applied
 
     def transition(self, name: str, status: JobStatus, **fields: Any) -> JobRecord:
         record = self.metadata.update_job(name, status=status, **fields)

@@ -114,7 +114,8 @@ def serve_warm(supervisor: Supervisor, endpoint: WarmWorkerEndpoint, pool: str,
             replace_environ(request.env)  # each job runs with its own client's environment
             try:
                 if request.batch:
-                    supervisor.run_batch(request.job, request.batch, notify=endpoint.notify)
+                    supervisor.run_batch(request.job, request.batch, notify=endpoint.notify,
+                                         take=request.take, claimer=endpoint)
                 else:
                     supervisor.run(request.job)
             finally:

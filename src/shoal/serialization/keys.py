@@ -5,6 +5,10 @@ No I/O: the user's secret arrives as bytes (``shoal.jobs.keys`` reads it from it
 * ``job_secret(user_secret, job, salt)``: the one value a job's supervisor is handed,
   HMAC-SHA256 of the job's name and its random salt (stored on the job's record, useless
   without the user's secret) under the user's secret.
+* ``lease_secret(user_secret, lease)``: a team server's client asks for one key lease
+  (``POST /keys/lease``) and derives the secrets of the jobs it salts under it itself
+  (``leased_salt``, ``leased_job_secret``), instead of asking the server for each new job's;
+  ``job_secret`` derives the same value from the user's secret and the salt.
 * ``payload_key(job_secret)``: the HMAC key of the job's payloads (``serialize``), the only key
   the job's own code receives.
 * ``seal_env`` / ``open_env``: the values of the job's secret-looking environment variables,
@@ -18,15 +22,26 @@ reveals neither the job's secret nor its environment key, and no job's keys reve
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import os
 from collections.abc import Mapping
 
+from shoal.core.leases import (
+    LEASE_PREFIX,
+    lease_of,
+    lease_secret,
+    leased_job_secret,
+    leased_salt,
+    new_lease,
+    new_salt,
+)
+from shoal.core.leases import (
+    derive as _derive,
+)
 from shoal.core.secrets import is_secret_name
 from shoal.errors import PayloadIntegrityError
 
-__all__ = ["SEALED_PREFIX", "USER_SECRET_BYTES", "is_sealed", "job_secret", "new_salt",
+__all__ = ["LEASE_PREFIX", "SEALED_PREFIX", "USER_SECRET_BYTES", "is_sealed", "job_secret",
+           "lease_secret", "leased_job_secret", "leased_salt", "new_lease", "new_salt",
            "open_env", "payload_key", "seal_env"]
 
 #: The size of a user's secret.
@@ -36,22 +51,16 @@ SEALED_PREFIX = "shoal-sealed:v1:"
 _NONCE_BYTES = 12
 
 
-def _derive(key: bytes, label: str, *parts: str) -> bytes:
-    message = "\0".join((label, *parts)).encode()
-    return hmac.new(key, message, hashlib.sha256).digest()
-
-
-def new_salt() -> str:
-    """A fresh random salt for a new job (stored on its record)."""
-    return os.urandom(16).hex()
-
-
 def job_secret(user_secret: bytes, job: str, salt: str) -> str:
-    """The job's own secret (hex), from which its payload and environment keys derive."""
+    """The job's own secret (hex), from which its payload and environment keys derive. A
+    leased salt (``lease.<lease>.<random>``) derives it under that lease's secret."""
     if len(user_secret) != USER_SECRET_BYTES:
         raise ValueError(f"a user secret has {USER_SECRET_BYTES} bytes, not {len(user_secret)}")
     if not salt:
         raise ValueError(f"job {job!r} has no key salt")
+    lease = lease_of(salt)
+    if lease is not None:
+        return leased_job_secret(lease_secret(user_secret, lease), job, salt)
     return _derive(user_secret, "shoal/job-secret/v1", job, salt).hex()
 
 

@@ -13,6 +13,7 @@ its own and relays what it says (``GET /launches/{launch}/messages``, a long pol
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
 import queue
@@ -23,17 +24,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
 
 from shoal.core.auth import ApiToken
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
-from shoal.core.ports import ExecContext, JobStore, JobWaiter, LaunchInfo
+from shoal.core.ports import ExecContext, HandedTake, InlineTaking, JobStore, JobWaiter, LaunchInfo
 from shoal.core.secrets import JOB_SECRETS_VAR, is_secret_name
-from shoal.errors import InvalidArgumentError, NotFoundError, ShoalError
-from shoal.jobs.batchclient import is_batch_file, is_function_key
-from shoal.server._jobtokens import JobGrants, JobTokens
+from shoal.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, ShoalError
+from shoal.jobs.batchclient import calls_key, is_batch_file, is_function_key
+from shoal.server._jobtokens import JobGrants, JobToken, JobTokens
 from shoal.server._owners import caller, require_owner
-from shoal.server._signals import Signals
-from shoal.server._wire_jobs import JobOut
+from shoal.server._signals import NotifyingJobStore, Signals
+from shoal.server._wire_jobs import ChangeIn, JobOut
 from shoal.server._wire_launches import (
     AliveOut,
     BackendOut,
@@ -43,6 +45,7 @@ from shoal.server._wire_launches import (
     HandleIn,
     LaunchIn,
     LaunchOut,
+    LeaseOut,
     MessageOut,
     MessagesOut,
     SecretIn,
@@ -70,6 +73,11 @@ _SERVER_ONLY = ("AWS_", "RAY_AUTH_")
 logger = logging.getLogger(__name__)
 
 _MAX_POLL_S = 60.0
+#: How long a poll that has every job's news waits for the worker's "done" behind it.
+_DONE_AFTER_LAST_S = 0.1
+#: A batch's calls up to this size go to its warm worker with the hand-over (its take);
+#: larger ones it reads with ``PUT /job-handles/take``.
+_HANDED_CALLS_MAX = 1 << 20
 _KEEP_DONE_S = 600.0
 
 
@@ -107,8 +115,16 @@ class ServerJobs:
         return env
 
     def hold(self, launch: str, user: str, names: Sequence[str], waiter: JobWaiter,
-             batch: bool) -> None:
-        claim = _Claim(user, tuple(names), waiter, batch, self.signals, f"launch:{launch}")
+             batch: bool, token: str | None = None) -> None:
+        """Keep *waiter*, a warm worker's claim, and read it on a thread of its own. With
+        *token* (the batch's job token), a worker handed its take has its changes recorded
+        here on the token's terms (``record_for``)."""
+        recorder = None
+        if token is not None and isinstance(waiter, InlineTaking):
+            job = self.tokens.verify(token)
+            recorder = functools.partial(self.record_for, job)
+        claim = _Claim(user, tuple(names), waiter, batch, self.signals, f"launch:{launch}",
+                       recorder)
         now = time.monotonic()
         with self._lock:
             for key in [k for k, c in self._claims.items() if c.ended_at
@@ -120,6 +136,42 @@ class ServerJobs:
     def claim(self, launch: str) -> _Claim | None:
         with self._lock:
             return self._claims.get(launch)
+
+    def record_for(self, job: JobToken, message: Mapping[str, Any], data: bytes
+                   ) -> dict[str, Any]:
+        """A warm worker's request to record its batch's changes (``backends/_warm.py``), on
+        the terms ``POST /job-transitions`` gives its job token: only the batch's jobs,
+        files only where the token may write (``may_touch_key``), nothing once its jobs have
+        ended; the files stored first, ends fired to the waiting routes. The answer is
+        ``{"applied": [...]}`` or ``{"error": {"code", "message"}}``."""
+        try:
+            changes = [ChangeIn.model_validate(c).change() for c in message["record"]]
+            for change in changes:
+                if change.name not in job.jobs:
+                    raise PermissionDeniedError(
+                        f"the worker of batch {job.batch} may not record job {change.name}: "
+                        "only its own batch's jobs", job=change.name)
+            files: dict[str, bytes] = {}
+            offset = 0
+            for key, size in message.get("files") or ():
+                if not job.may_touch_key(str(key), write=True):
+                    raise PermissionDeniedError(
+                        f"the worker of batch {job.batch} may not store the artifact key "
+                        f"{key!r}: only its own jobs' and batch's files", key=str(key))
+                files[str(key)] = data[offset:offset + int(size)]
+                offset += int(size)
+            ended = self.grants.why_ended(job)
+            if ended is not None:
+                raise PermissionDeniedError(f"{ended}, and a job's token writes nothing once "
+                                            "its job has ended", job=min(job.jobs))
+            for key, value in files.items():
+                self.session.jobs.artifacts.put_bytes(key, value)
+            return {"applied": NotifyingJobStore(self.store, self.signals).update_jobs(changes)}
+        except (ShoalError, ValidationError, KeyError, TypeError, ValueError) as e:
+            code = e.code if isinstance(e, ShoalError) else "INVALID_ARGUMENT"
+            logger.warning("a warm worker's changes of batch %s were not recorded: %s",
+                           job.batch, e)
+            return {"error": {"code": code, "message": str(e)}}
 
 
 class _Drains:
@@ -157,12 +209,21 @@ class _Claim:
     """A warm worker's claim the server holds for a client: read on its own thread."""
 
     def __init__(self, user: str, names: tuple[str, ...], waiter: JobWaiter, batch: bool,
-                 signals: Signals, key: str) -> None:
+                 signals: Signals, key: str,
+                 recorder: Callable[[Mapping[str, Any], bytes], dict[str, Any]] | None = None
+                 ) -> None:
         self.user, self.names, self._waiter, self._batch = user, names, waiter, batch
         self._signals, self.key = signals, key
+        self._recorder = recorder
         self.messages: list[tuple[dict[str, Any], bytes]] = []
         self.done = self.lost = False
         self.ended_at = 0.0
+        self._unreported = set(names)  # jobs the worker has not said anything of yet
+
+    @property
+    def all_reported(self) -> bool:
+        """The worker has reported every job of the batch: its ``done`` is coming."""
+        return not self._unreported
 
     def drain(self) -> None:
         try:
@@ -174,6 +235,15 @@ class _Claim:
                 if message.get("done") or message.get("lost"):
                     self.lost = bool(message.get("lost"))
                     break
+                if "record" in message:  # a worker handed its take records through us
+                    answer = {"error": {"code": "INVALID_ARGUMENT", "message": "this claim "
+                                        "records nothing"}} if self._recorder is None else \
+                        self._recorder(message, data)
+                    if isinstance(self._waiter, InlineTaking):
+                        self._waiter.answer(answer)
+                    continue
+                for job in message.get("jobs", ()):
+                    self._unreported.discard(str(job[0]))
                 self.messages.append((message, data))
                 self._signals.fire([self.key])
             while not self._batch and not self._waiter.wait(3600.0):
@@ -261,7 +331,8 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
     def check_submission(body: CheckIn) -> None:
         backend.check_submission(jobs.job_env(body.env, ""))
 
-    def start(body: LaunchIn, names: tuple[str, ...], user: str) -> LaunchInfo:
+    def start(body: LaunchIn, names: tuple[str, ...], user: str,
+              take: HandedTake | None = None) -> LaunchInfo:
         token = jobs.tokens.mint(user, names, body.job if body.batch else None)
         pool = None if body.pool is None else \
             hashlib.sha256(f"{body.pool}|user:{user}".encode()).hexdigest()  # no shared workers
@@ -270,10 +341,23 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
                           prepare=body.prepare, pool=pool,
                           keep_alive_seconds=body.keep_alive_seconds, cpus=body.cpus,
                           gpus=body.gpus, memory_mib=body.memory_mib, hosts=body.hosts,
-                          batch=tuple(body.batch))
+                          batch=tuple(body.batch), take=take)
         info = backend.launch(ctx)
+        waiter = info.waiter
+        if isinstance(waiter, InlineTaking) and waiter.takes_inline:
+            # The worker was handed the batch's take: record its handle for it (one write
+            # here instead of its own request) and tell it what set_handles said.
+            handle = waiter.worker_handle
+            try:
+                statuses = jobs.store.set_handles(names, handle)
+            except ShoalError as e:
+                waiter.give_statuses(None, handle, why=str(e))
+                waiter.close()
+                raise
+            waiter.give_statuses(statuses, handle)
         if info.waiter is not None:
-            jobs.hold(body.job, user, names, info.waiter, bool(body.batch))
+            jobs.hold(body.job, user, names, info.waiter, bool(body.batch),
+                      token if take is not None else None)
         return info
 
     @api.post("/launches", tags=["launches"], status_code=201)
@@ -311,8 +395,11 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         except ShoalError as e:
             why = f"could not store the payloads of batch {batch}: {e}"
             return _failed_at_launch(records, why)
+        calls = files.get(calls_key(batch))
+        take = HandedTake(records[0], calls) \
+            if calls is not None and len(calls) <= _HANDED_CALLS_MAX else None
         try:
-            info = start(body.launch, names, user)
+            info = start(body.launch, names, user, take)
         except ShoalError as e:
             return _failed_at_launch(records, f"could not start the supervisor: {e}")
         if info.waiter is None:  # a new supervisor: it records its handle itself too
@@ -360,6 +447,10 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
             if left <= 0:
                 break
             await jobs.signals.wait(claim.key, left, ready)
+        if not claim.done and claim.all_reported:
+            # Its last jobs' news: the worker's "done" follows at once, and the client would
+            # ask again for it (before it may hand the worker its next call): answer both.
+            await jobs.signals.wait(claim.key, _DONE_AFTER_LAST_S, lambda: claim.done)
         return MessagesOut(messages=[MessageOut(header=h, data=base64.b64encode(d).decode())
                                      for h, d in claim.messages[after:]],
                            done=claim.done and len(claim.messages) >= after, lost=claim.lost)
@@ -379,6 +470,18 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
             user = record.owner
         secret = load_user_secret(jobs.user_secret_path(user))
         return SecretOut(secret=derive(secret, body.job, body.salt))
+
+    @api.post("/keys/lease", tags=["keys"])
+    def key_lease(request: Request) -> LeaseOut:
+        """A new key lease of the caller's (``serialization/keys.py``): the client derives
+        the secrets of the jobs it salts under it, as ``job-secret`` would give them, without
+        a request per job. A job's token gets none (the job routes only)."""
+        from shoal.jobs.keys import load_user_secret
+        from shoal.serialization.keys import lease_secret, new_lease
+
+        lease = new_lease()
+        secret = load_user_secret(jobs.user_secret_path(_principal(request).user))
+        return LeaseOut(lease=lease, secret=lease_secret(secret, lease).hex())
 
     @api.post("/keys/job-secrets", tags=["keys"])
     def job_secrets(body: SecretsIn, request: Request) -> SecretsOut:

@@ -112,6 +112,13 @@ class SecretsOut(BaseModel):
     secrets: list[str]
 
 
+class LeaseOut(BaseModel):
+    """A key lease (``POST /keys/lease``): its id and secret (hex)."""
+
+    lease: str
+    secret: str
+
+
 class WaitOut(BaseModel):
     name: str
     status: JobStatus

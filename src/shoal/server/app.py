@@ -64,8 +64,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     those it started, bodies up to *max_invocation_bytes*: 6 MiB when None); *users*: the
     admin routes over users and tokens; *console*: the web console (``shoal.console``), served
     at ``/console`` (and ``/`` leads there). With *jobs*, job-status reads are answered in
-    front of FastAPI (``server/_fastreads.py``); the FastAPI app is then the returned app's
-    ``app``."""
+    front of FastAPI (``server/_fastreads.py``), and with *server_jobs* the warm path's
+    writes too (``server/_fastwrites.py``)."""
     app = FastAPI(title="shoal server", version=shoal_version(),
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs",
                   redoc_url=None)
@@ -86,8 +86,10 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         return WhoAmIOut(user=token.user, token=token.name, scope=token.scope.value)
 
     authorized.include_router(run_routes(runs))
+    fast: list[APIRouter] = []  # what holds the warm path's writes (server/_fastwrites.py)
     if jobs is not None:
-        authorized.include_router(job_routes(jobs, artifacts))
+        fast.append(job_routes(jobs, artifacts))
+        authorized.include_router(fast[-1])
     if endpoints is not None:
         authorized.include_router(endpoint_routes(endpoints, instance_guard=(
             None if server_endpoints is None else server_endpoints.check_instance)))
@@ -105,7 +107,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         from shoal.server._launches import launch_routes
         from shoal.server._maintenance import maintenance_routes
 
-        authorized.include_router(launch_routes(server_jobs))
+        fast.append(launch_routes(server_jobs))
+        authorized.include_router(fast[-1])
         authorized.include_router(wait_routes(server_jobs))
         authorized.include_router(maintenance_routes(server_jobs.session))
     if server_endpoints is not None:
@@ -132,8 +135,12 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
     if jobs is None:
         return app
     from shoal.server._fastreads import FastJobReads
+    from shoal.server._fastwrites import FastWrites
 
-    return FastJobReads(app, jobs, authorizer, _error_answer)
+    front: ASGIApp = app
+    if server_jobs is not None:
+        front = FastWrites(app, fast, authorizer, _error_answer)
+    return FastJobReads(front, jobs, authorizer, _error_answer)
 
 
 def _body(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
