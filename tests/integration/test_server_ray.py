@@ -243,6 +243,7 @@ def test_an_endpoint_through_a_ray_server_runs_on_ray_serve(ray_server, ray_clus
                                                             tmp_path):
     from shoal.core.endpoints import EndpointStatus
     from shoal.endpoints import EndpointService
+    from shoal.errors import EndpointFailedError
     from shoal.model import Model
 
     model = tmp_path / "onnx-model"
@@ -313,6 +314,22 @@ def test_an_endpoint_through_a_ray_server_runs_on_ray_serve(ray_server, ray_clus
                 "SHOAL_TOKEN"} & seen.keys()
     assert not [v for v in seen.values() if v and (str(ray_server.home) in v
                                                    or v.startswith(("shoal_", "shoale_")))]
+
+    # A model that cannot load: Serve fails the application, the reason reaches the record
+    # (through the server) and the failed replicas' logs reach the server's store.
+    (code / "serve.py").write_text("def model_fn(model_dir):\n"
+                                   "    raise RuntimeError('boom while loading the model')\n")
+    failing = f"{name}-boom"
+    with pytest.raises(EndpointFailedError, match="boom while loading the model"):
+        Model(model_data=str(model), entry_point="serve.py",
+              source_dir=str(code)).deploy(endpoint_name=failing)
+    service = EndpointService.for_session(session)
+    assert service.get(failing).status == EndpointStatus.FAILED
+    logs = session.artifacts.list_keys(f"endpoints/{failing}/logs/")
+    assert any(b"boom while loading" in session.artifacts.get_bytes(k) for k in logs), logs
+    service.delete(failing)
+    assert service.find(failing) is None
+    assert f"shoal-{failing}" not in _serve_applications(ray_cluster)
 
 
 # --- a job on two hosts ------------------------------------------------------------------------
