@@ -25,7 +25,7 @@ from shoal.errors import ConfigError
 if TYPE_CHECKING:
     from shoal.client import ServerConnection
     from shoal.config import DefaultsConfig
-    from shoal.core.endpoints import EndpointBackend
+    from shoal.core.endpoints import EndpointBackend, ReplicaAccessFor
     from shoal.core.ports import (
         ArtifactStore,
         Backend,
@@ -343,10 +343,13 @@ class Session:
                 self._endpoint_backends = self.make_endpoint_backends(self.supervisor_env())
             return self._endpoint_backends
 
-    def make_endpoint_backends(self, env: Mapping[str, str]) -> tuple[EndpointBackend, ...]:
+    def make_endpoint_backends(self, env: Mapping[str, str], *,
+                               replica_access: ReplicaAccessFor | None = None
+                               ) -> tuple[EndpointBackend, ...]:
         """This session's endpoint backends (``endpoint_backends``), their supervisors and
         replicas started with *env* (a team server passes its own, withholding credentials
-        from the model servers)."""
+        from the model servers, and *replica_access*: Ray Serve replicas then reach their
+        endpoint's files through the server, not its stores)."""
         import importlib
 
         def impl(path: str) -> Any:
@@ -361,7 +364,7 @@ class Session:
             self.backend, self.artifacts, env=env, home=self.home,
             proxy_location=settings.ray_serve_proxy_location,
             host=settings.ray_serve_host, port=settings.ray_serve_port,
-            resolve_ttl_s=settings.env_resolve_ttl_seconds)
+            resolve_ttl_s=settings.env_resolve_ttl_seconds, replica_access=replica_access)
         return (serve, supervised)
 
     @property

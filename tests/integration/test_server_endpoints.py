@@ -492,3 +492,67 @@ def test_an_endpoint_on_a_postgres_and_s3_server_reads_its_model_from_s3(
     predictor.delete_endpoint()
     assert not session.artifacts.list_keys(f"endpoints/{record.name}/model")
     assert not endpoint_dir(home, record.name).exists()
+
+
+def test_a_replica_token_reaches_only_its_endpoints_files(shoal_server, tmp_path):
+    """What the server gives an endpoint's Ray Serve replicas (server/_jobtokens.py): its
+    model, code and requirements to read and its logs to write, while it exists, nothing
+    else; the replicas of a server on Ray fetch through it with this token (their end-to-end
+    test is tests/integration/test_server_ray.py)."""
+    from shoal.client import HttpArtifactStore, ServerConnection
+    from shoal.errors import AuthenticationError
+    from shoal.server._jobtokens import JobTokens
+
+    name = f"replica-{uuid.uuid4().hex[:8]}"
+    alice = shoal.Session(server_url=shoal_server.url, token=_token(shoal_server, "alice"),
+                          home=str(tmp_path / "alice-home"))
+    model = f"endpoints/{name}/model/model.onnx"
+    try:
+        for key in (model, f"endpoints/{name}/code/code.tar.gz",
+                    f"endpoints/{name}/env/requirements.txt", f"someone-{name}/output/x.bin"):
+            alice.artifacts.put_bytes(key, key.encode())
+        alice.endpoint_store.create_endpoint(name, model_data=alice.artifacts.uri(model),
+                                             config=EndpointConfig())
+        minter = JobTokens(shoal_server.home / "server" / "job-token-secret")
+        token = minter.mint_endpoint("alice", name, model)
+        with HttpArtifactStore.open(shoal_server.url, token) as replica:
+            for key in (model, f"endpoints/{name}/code/code.tar.gz",
+                        f"endpoints/{name}/env/requirements.txt"):
+                assert replica.get_bytes(key) == key.encode()
+            assert replica.list_keys(f"endpoints/{name}/model/") == [model]
+            replica.put_bytes(f"endpoints/{name}/logs/replica-1.log", b"started")
+            refusals = [
+                lambda: replica.get_bytes(f"someone-{name}/output/x.bin"),
+                lambda: replica.list_keys("endpoints/"),
+                lambda: replica.put_bytes(model, b"not the deployer's"),
+                lambda: replica.put_bytes(f"endpoints/{name}/code/code.tar.gz", b"no"),
+                lambda: replica.delete_prefix(f"endpoints/{name}/logs"),
+            ]
+            for refused in refusals:
+                with pytest.raises(PermissionDeniedError,
+                                   match=f"replica token of endpoint {name}"):
+                    refused()
+            with ServerConnection(shoal_server.url, token) as http:
+                for method, path in (("GET", "/jobs"), ("GET", f"/endpoints/{name}"),
+                                     ("POST", f"/endpoints/{name}/invocations"),
+                                     ("GET", "/experiments")):
+                    with pytest.raises(PermissionDeniedError, match=f"call {method} {path}"):
+                        http.call(method, path, json={} if method == "POST" else None)
+            # Another user's token for alice's endpoint writes nothing; none once it is gone.
+            with HttpArtifactStore.open(shoal_server.url,
+                                        minter.mint_endpoint("bob", name, model)) as bobs:
+                with pytest.raises(PermissionDeniedError, match="belongs to 'alice', not to the token's user 'bob'"):
+                    bobs.put_bytes(f"endpoints/{name}/logs/replica-2.log", b"bob's")
+            alice.endpoint_store.delete_endpoint(name)
+            assert replica.get_bytes(model) == model.encode()  # reads stay
+            with pytest.raises(PermissionDeniedError, match="is gone"):
+                replica.put_bytes(f"endpoints/{name}/logs/replica-3.log", b"late")
+        forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+        with HttpArtifactStore.open(shoal_server.url, forged) as forger:
+            with pytest.raises(AuthenticationError, match="replica token is not valid"):
+                forger.get_bytes(model)
+        assert alice.artifacts.get_bytes(f"endpoints/{name}/logs/replica-1.log") == b"started"
+    finally:
+        alice.artifacts.delete_prefix(f"endpoints/{name}")
+        alice.artifacts.delete_prefix(f"someone-{name}")
+        alice.close()

@@ -54,7 +54,8 @@ def test_replicas_get_the_clients_environment_less_machine_and_shoal_variables()
     config = EndpointConfig(env={"OPTION_DTYPE": "fp32"}, entry_point="serve.py")
     env = _ray_serve.replica_env({"AWS_ENDPOINT_URL_S3": "http://s3", "PATH": "/client/bin",
                                   "SHOAL_HOME": "/client", "RAY_AUTH_MODE": "token",
-                                  "HOME": "/root"}, config)
+                                  "HOME": "/root", "XDG_CONFIG_HOME": "/client/.config"},
+                                 config)
     assert env == {"AWS_ENDPOINT_URL_S3": "http://s3", "OPTION_DTYPE": "fp32",
                    "SAGEMAKER_PROGRAM": "inference.py", "PYTHONUNBUFFERED": "1"}
 
@@ -96,3 +97,49 @@ def test_instances_of_a_serve_endpoint_answer_under_its_route_prefix():
     assert _ray_serve.is_serve(record)
     assert record.instances[0].url == "http://127.0.0.1:8000/endpoints/digits"
     assert EndpointInstance(0, "127.0.0.1", 8000).url == "http://127.0.0.1:8000"
+
+
+def test_a_replica_token_touches_its_endpoints_files_and_model_only():
+    from shoal.server._jobtokens import EndpointToken
+
+    token = EndpointToken("alice", "ep", "job-1/output/model.tar.gz")
+    for key in ("endpoints/ep/model/model.tar.gz", "endpoints/ep/code/code.tar.gz",
+                "endpoints/ep/env/requirements.txt", "job-1/output/model.tar.gz"):
+        assert token.may_touch_key(key, write=False), key
+        assert not token.may_touch_key(key, write=True), key
+    assert token.may_touch_key("endpoints/ep/logs/replica-1.log", write=True)
+    for key in ("endpoints/other/model/m.onnx", "job-1/output/other.tar.gz", "endpoints/ep",
+                "endpoints/ep/../other/model/m.onnx", "job-1/output/model.tar.gz.bak",
+                "endpoints/ep/secrets/x"):
+        assert not token.may_touch_key(key, write=False), key
+    directory = EndpointToken("alice", "ep", "job-1/output/model")
+    assert directory.may_touch_key("job-1/output/model/weights.bin", write=False)
+    assert not directory.may_touch_key("job-1/output/model-2/weights.bin", write=False)
+
+
+def test_a_team_servers_replicas_fetch_their_files_through_it():
+    from shoal.core.endpoints import ReplicaAccess
+
+    class Jobs:
+        checked: list[dict[str, str]] = []
+
+        def alive_nodes(self) -> int:
+            return 2
+
+        def check_submission(self, env):
+            self.checked.append(dict(env))
+
+    jobs = Jobs()
+    serve = _ray_serve.RayServeEndpoints(
+        jobs, None, env={"SHOAL_METADATA_URL": "sqlite:///server.db"}, home="/srv",  # type: ignore[arg-type]
+        proxy_location="HeadOnly", host="127.0.0.1", port=8000, resolve_ttl_s=60,
+        replica_access=lambda name, model: ReplicaAccess(
+            "http://10.0.0.5:8765", f"shoale_{name}", model.rpartition("artifacts/")[2]))
+    files = serve._files("ep", "file:///srv/artifacts/endpoints/ep/model/model.tar.gz",
+                         "endpoints/ep/code/code.tar.gz", None)
+    # The nodes must reach the server (not its stores), and the replicas get no store URL.
+    assert jobs.checked == [{"SHOAL_SERVER_URL": "http://10.0.0.5:8765"}]
+    assert files == {"server": {"url": "http://10.0.0.5:8765", "token": "shoale_ep"},
+                     "model_key": "endpoints/ep/model/model.tar.gz",
+                     "code_key": "endpoints/ep/code/code.tar.gz", "requirements_key": None,
+                     "logs_key": "endpoints/ep/logs"}

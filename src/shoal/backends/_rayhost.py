@@ -184,9 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     strategy = PlacementGroupSchedulingStrategy(
         group, placement_group_bundle_index=int(spec["host_index"]))
     # What the supervisor runs with (the stores, their credentials), never the job's own
-    # variables: the actor's arguments are kept in Ray's control store.
+    # variables: the actor's arguments are kept in Ray's control store. Not the cluster's
+    # token setting either: only this launcher connects to Ray, not the host it starts.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "SHOAL_RAY_NODE_ID", PLACEMENT_VAR)}
+           if k not in ("PYTHONPATH", "SHOAL_RAY_NODE_ID", PLACEMENT_VAR)
+           and not k.startswith("RAY_AUTH")}
     actor: Any = ray.remote(RankHost).options(
         scheduling_strategy=strategy, max_restarts=0, max_concurrency=2,
         **placement["bundle"]).remote(env, spec)

@@ -8,7 +8,7 @@ records.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -26,6 +26,8 @@ __all__ = [
     "EndpointBackend",
     "EndpointStatus",
     "InstanceStatus",
+    "ReplicaAccess",
+    "ReplicaAccessFor",
     "RuntimeState",
     "RuntimeView",
     "check_endpoint_name",
@@ -311,6 +313,22 @@ class RuntimeView:
     reason: str | None = None
     #: (host, port) of each address a READY endpoint answers on, in instance order.
     addresses: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAccess:
+    """How a team server's Ray Serve replicas reach their endpoint's files: through the
+    server at *url* with *token* (a replica token: the endpoint's model, code and
+    requirements, and its logs), the model at *model_key* of the server's store."""
+
+    url: str
+    token: str = field(repr=False)
+    model_key: str
+
+
+#: What a team server gives its endpoint backends: the access of endpoint *name*'s
+#: replicas to its files, its model being *model_data*.
+ReplicaAccessFor = Callable[[str, str], ReplicaAccess]
 
 
 class EndpointBackend(Protocol):

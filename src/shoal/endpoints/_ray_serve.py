@@ -17,6 +17,11 @@ supervised endpoints) tells the endpoint service that it runs (Creating -> InSer
 the proxies' addresses), failed (with Serve's message) or is gone. ``delete`` deletes the
 application.
 
+A team server's endpoints (``replica_access``, from ``server/_endpoint_runtime.py``) give their
+replicas no store settings or credentials: they fetch the model, code and requirements, and
+upload their logs, through the server with a replica token (``_replica_store.py``), and the
+deploy checks that the nodes can reach the server instead of the stores.
+
 ``ray`` is imported inside the functions only.
 """
 
@@ -34,6 +39,7 @@ from typing import Any, Protocol
 from shoal.core.endpoints import (
     EndpointConfig,
     EndpointRecord,
+    ReplicaAccessFor,
     RuntimeState,
     RuntimeView,
     endpoint_key,
@@ -103,11 +109,12 @@ def _serve() -> Any:
 
 def replica_env(client_env: Mapping[str, str], config: EndpointConfig) -> dict[str, str]:
     """The replicas' environment: the client's (cloud credentials, store endpoints), less
-    shoal's settings, Ray's own and machine-specific variables (and, for a team server's
+    shoal's settings, Ray's own and machine-specific variables (``XDG_*`` too: the client's
+    config directory is not the node's; and, for a team server's
     endpoints, less every credential: the nodes' own then read the model), plus the model's
     ``env``."""
     env = {k: v for k, v in client_env.items()
-           if k not in _MACHINE_VARS and not k.startswith(("SHOAL_", "RAY_"))}
+           if k not in _MACHINE_VARS and not k.startswith(("SHOAL_", "RAY_", "XDG_"))}
     if client_env.get("SHOAL_ENDPOINT_CREDENTIALS") == "withhold":  # a team server's
         from shoal.core.secrets import without_credentials
 
@@ -208,11 +215,12 @@ class RayServeEndpoints:
     (the replicas get it, less what is machine-specific) and *home* its shoal home. Serve's
     HTTP proxies run where *proxy_location* says and listen on *host*:*port*
     (``SHOAL_RAY_SERVE_*``); a replica re-resolves a model's requirements after
-    *resolve_ttl_s* (``SHOAL_ENV_RESOLVE_TTL_SECONDS``)."""
+    *resolve_ttl_s* (``SHOAL_ENV_RESOLVE_TTL_SECONDS``). *replica_access* (a team server's):
+    the replicas reach their endpoint's files through the server (see module)."""
 
     def __init__(self, backend: RayJobs, artifacts: ArtifactStore, *, env: Mapping[str, str],
                  home: Path | str, proxy_location: str, host: str, port: int,
-                 resolve_ttl_s: float) -> None:
+                 resolve_ttl_s: float, replica_access: ReplicaAccessFor | None = None) -> None:
         self._backend = backend
         self._artifacts = artifacts
         self._env = dict(env)
@@ -220,6 +228,7 @@ class RayServeEndpoints:
         self._proxy_location = proxy_location
         self._http = {"host": host, "port": port}
         self._resolve_ttl_s = resolve_ttl_s
+        self._access = replica_access
 
     def _ray(self) -> Any:
         """The ray module, connected to the session's cluster (through its backend)."""
@@ -237,20 +246,16 @@ class RayServeEndpoints:
     def deploy(self, name: str, *, model_data: str, config: EndpointConfig,
                code_key: str | None, requirements_key: str | None) -> Mapping[str, Any]:
         """Run the endpoint's Serve application (without waiting for it)."""
-        artifacts, env = self._artifacts, self._env
+        env = self._env
         ray = self._ray()
-        self._backend.check_submission(env)  # the replicas read the model from the store
+        files = self._files(name, model_data, code_key, requirements_key)
         serve = _serve()
         from ray.serve.api import RunTarget
 
-        spec = {"endpoint": name, "model_uri": ship_model(artifacts, name, model_data),
-                "code_uri": artifacts.uri(code_key) if code_key else None,
+        spec = {"endpoint": name, **files,
                 "batching": config.batching.to_json() if config.batching else None,
                 "startup_timeout_s": config.startup_timeout_s,
-                "requirements_uri": artifacts.uri(requirements_key) if requirements_key
-                else None,
                 "home": str(self._home),
-                "logs_uri": artifacts.uri(endpoint_key(name, "logs")),
                 "resolve_ttl_s": self._resolve_ttl_s}
         try:
             serve.start(proxy_location=self._proxy_location, http_options=dict(self._http))
@@ -268,6 +273,26 @@ class RayServeEndpoints:
                                           endpoint=name) from e
         return {"backend": BACKEND, "application": app_name(name),
                 "route_prefix": route_prefix(name), "pid": 0}
+
+    def _files(self, name: str, model_data: str, code_key: str | None,
+               requirements_key: str | None) -> dict[str, Any]:
+        """Where the replicas find the endpoint's files: the artifact store's URLs (after a
+        check that every node reaches the store), or, for a team server's endpoint, the
+        server and the keys (after a check that every node reaches the server)."""
+        if self._access is not None:
+            access = self._access(name, model_data)
+            self._backend.check_submission({"SHOAL_SERVER_URL": access.url})
+            return {"server": {"url": access.url, "token": access.token},
+                    "model_key": access.model_key, "code_key": code_key,
+                    "requirements_key": requirements_key,
+                    "logs_key": endpoint_key(name, "logs")}
+        artifacts = self._artifacts
+        self._backend.check_submission(self._env)  # the replicas read the model from the store
+        return {"model_uri": ship_model(artifacts, name, model_data),
+                "code_uri": artifacts.uri(code_key) if code_key else None,
+                "requirements_uri": artifacts.uri(requirements_key) if requirements_key
+                else None,
+                "logs_uri": artifacts.uri(endpoint_key(name, "logs"))}
 
     def refresh(self, record: EndpointRecord) -> RuntimeView:
         """What the endpoint's Serve application says: running (with the proxies'
@@ -340,11 +365,13 @@ class _ReplicaLog:
     replica stops or fails to start, with the output of the model server in the model's own
     environment appended."""
 
-    def __init__(self, root: Path, logs_uri: str | None) -> None:
+    def __init__(self, root: Path, spec: Mapping[str, Any]) -> None:
         import logging
 
+        from shoal.endpoints._replica_store import log_writer
+
         self._path = root / "replica.log"
-        self._uri = logs_uri
+        self._write = log_writer(spec)
         self._handler = logging.FileHandler(self._path)
         self._handler.setFormatter(logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -363,17 +390,14 @@ class _ReplicaLog:
 
         self._logger.removeHandler(self._handler)
         self._handler.close()
-        if not self._uri:
+        if self._write is None:
             return
         try:
-            import fsspec
-
             data = self._path.read_bytes() if self._path.exists() else b""
             if server is not None and server.log.exists():
                 data += b"\n--- the model server in the model's own environment ---\n"
                 data += server.log.read_bytes()
-            with fsspec.open(f"{self._uri.rstrip('/')}/replica-{_replica_id()}.log", "wb") as f:
-                f.write(data)
+            self._write(f"replica-{_replica_id()}.log", data)
         except Exception as e:  # the replica's end must not fail on its log
             logging.getLogger(__name__).warning("could not upload the replica's log: %s", e)
 
@@ -461,13 +485,16 @@ class EndpointReplica:
 
     async def __init__(self, spec: Mapping[str, Any]) -> None:  # type: ignore[misc]  # Serve awaits an async __init__
         from shoal.endpoints._replica_env import wanted_requirements
+        from shoal.endpoints._replica_store import fetch_through_server, through_server
 
         self._root = Path(tempfile.mkdtemp(prefix="shoal-replica-"))
         self._server: Any = None  # the model server in the model's own environment
         self._lifespan: _Lifespan | _ServerLifespan  # set by the start that succeeds
-        self._logs = _ReplicaLog(self._root, spec.get("logs_uri"))
+        self._logs = _ReplicaLog(self._root, spec)
         timeout = float(spec.get("startup_timeout_s") or 600)
         try:
+            if through_server(spec):  # a team server's: its files come through the server
+                spec = await asyncio.to_thread(fetch_through_server, spec, self._root)
             model_dir = await asyncio.to_thread(_stage, spec, self._root)
             wanted = await asyncio.to_thread(wanted_requirements, spec, model_dir)
             if wanted:

@@ -7,7 +7,12 @@ artifact key or prefix (``key``/``prefix``), the metrics owner (``owner=job:<nam
 its own, and routes that name jobs in their body call ``require_jobs``; the run its job is
 linked to on the server's record (``JobGrants``: the run's own routes, ``owner=run:...``, its
 ``experiments/<exp>/<run>/`` files) too; any other route is refused (403 naming the token's
-job and what it tried to reach), and so is every write once the token's jobs have ended."""
+job and what it tried to reach), and so is every write once the token's jobs have ended.
+
+An endpoint's replica token (``shoale_``, what the Ray Serve replicas of an endpoint the
+server started send) reaches the artifact routes only, for its endpoint's keys
+(``EndpointToken.may_touch_key``), and writes only while its endpoint exists and is its
+user's."""
 
 from __future__ import annotations
 
@@ -19,11 +24,13 @@ from typing import NoReturn
 from fastapi import Request
 
 from shoal.core.auth import ApiToken, Scope, hash_token
-from shoal.core.ports import AuthStore
+from shoal.core.ports import AuthStore, EndpointStore
 from shoal.errors import AuthenticationError, PermissionDeniedError
 from shoal.server._jobtokens import (
+    ENDPOINT_TOKEN_PREFIX,
     JOB_TOKEN_PREFIX,
     RUN_FILES,
+    EndpointToken,
     JobGrants,
     JobToken,
     JobTokens,
@@ -37,6 +44,8 @@ _JOB_ROUTES = ("/jobs", "/job-transitions", "/job-handles", "/artifacts", "/arti
                "/metrics", "/whoami", "/experiments/")
 #: Routes that name nothing a job token could overreach with.
 _HARMLESS = frozenset({"/whoami", "/artifact-store"})
+#: Where an endpoint's replica token may go (with a key or prefix of its endpoint's).
+_REPLICA_ROUTES = frozenset({"/artifacts", "/artifacts/exists", "/artifacts/keys"})
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: How long a user token's record, once read, is trusted without reading it again: a token
@@ -53,10 +62,12 @@ class Authorizer:
     """The FastAPI dependency that authenticates and authorizes one request."""
 
     def __init__(self, store: AuthStore | None, job_tokens: JobTokens | None = None,
-                 grants: JobGrants | None = None) -> None:
+                 grants: JobGrants | None = None,
+                 endpoints: EndpointStore | None = None) -> None:
         self._store = store  # None: --no-auth
         self._job_tokens = job_tokens
         self._grants = grants
+        self._endpoints = endpoints
         #: token hash -> (its record, when it was read): known tokens only
         self._known: dict[str, tuple[ApiToken, float]] = {}
 
@@ -65,11 +76,17 @@ class Authorizer:
         # token one indexed query (~30 us on SQLite), both far less than the thread hop it
         # saves on every request (bench/server.py framework: 1.17 ms sync vs 0.79 ms async).
         job = self._job_token(request)
+        replica = None if job is not None else self._replica_token(request)
         if job is not None:
             token = ApiToken(f"job:{job.shown}", job.user, job.shown, Scope.WRITE,
                              datetime.fromtimestamp(0, UTC))
             request.state.job_token = job
             _check_job_route(job, request, self._grants)
+        elif replica is not None:
+            token = ApiToken(f"replica:{replica.shown}", replica.user, replica.shown,
+                             Scope.WRITE, datetime.fromtimestamp(0, UTC))
+            request.state.job_token = None
+            _check_replica_route(replica, request, self._endpoints)
         else:
             token = LOCAL_PRINCIPAL if self._store is None else self._authenticate(request)
             request.state.job_token = None
@@ -93,6 +110,15 @@ class Authorizer:
                 self._job_tokens is None:
             return None
         return self._job_tokens.verify(value)
+
+    def _replica_token(self, request: Request) -> EndpointToken | None:
+        """The endpoint replica token the request carries (verified), or None."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value.startswith(ENDPOINT_TOKEN_PREFIX) or \
+                self._job_tokens is None:
+            return None
+        return self._job_tokens.verify_endpoint(value)
 
     def _authenticate(self, request: Request) -> ApiToken:
         assert self._store is not None
@@ -237,6 +263,37 @@ def _refuse_run(job: JobToken, grants: JobGrants | None, what: str) -> NoReturn:
     _refuse(job, what, f"it reaches only the run its job was submitted for ({linked})"
             if runs else "its job was submitted for no run (no 'with Run(...)' open and no "
             "experiment_config)")
+
+
+def _check_replica_route(replica: EndpointToken, request: Request,
+                         endpoints: EndpointStore | None) -> None:
+    """Refuse what an endpoint's replica token may not reach (see module)."""
+    path = request.url.path.removeprefix(_API)
+    write = request.method not in _READS
+    if path in _HARMLESS and not write:
+        return
+    key = request.query_params.get("key") or request.query_params.get("prefix")
+    what = f"{'change' if write else 'read'} the artifact key {key!r}" if key else \
+        f"call {request.method} {path}"
+    if path not in _REPLICA_ROUTES or key is None or request.method == "DELETE" or \
+            not replica.may_touch_key(key, write=write):
+        _refuse_replica(replica, what)
+    if write:
+        record = None if endpoints is None else endpoints.find_endpoint(replica.endpoint)
+        if record is None or record.owner != replica.user:
+            why = f"endpoint {replica.endpoint!r} is gone" if record is None else \
+                f"endpoint {replica.endpoint!r} belongs to {record.owner!r}, not to the " \
+                f"token's user {replica.user!r}"
+            _refuse_replica(replica, what, f"{why}, and a replica token writes only while its "
+                            "endpoint is its user's")
+
+
+def _refuse_replica(replica: EndpointToken, what: str, why: str | None = None) -> NoReturn:
+    raise PermissionDeniedError(
+        f"the replica token of {replica.shown} (user {replica.user!r}) may not {what}: " +
+        (why or "an endpoint's replicas reach only its model, code and requirements (read) "
+         "and their logs (endpoints/<name>/logs/)"), action=what, user=replica.user,
+        endpoint=replica.endpoint)
 
 
 #: Routes that name their jobs in the body and check them with ``require_jobs``.

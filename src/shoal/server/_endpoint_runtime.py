@@ -40,6 +40,7 @@ from shoal.core.endpoints import (
     EndpointInstance,
     EndpointRecord,
     EndpointStatus,
+    ReplicaAccess,
     RuntimeState,
     RuntimeView,
     endpoint_dir,
@@ -57,6 +58,7 @@ from shoal.server._owners import require_owner
 from shoal.server._wire_endpoints import CheckIn, GoneOut, HandleOut, RuntimeIn, RuntimeOut
 
 if TYPE_CHECKING:
+    from shoal.server._jobtokens import JobTokens
     from shoal.session import Session
 
 __all__ = ["ServerEndpoints", "runtime_routes"]
@@ -70,9 +72,12 @@ class ServerEndpoints:
     """The server's endpoint backends (built on first use), the seal of their handles and
     the clean-up of what they leave on this host."""
 
-    def __init__(self, session: Session, store: EndpointStore) -> None:
+    def __init__(self, session: Session, store: EndpointStore, *, url: str | None = None,
+                 tokens: JobTokens | None = None) -> None:
         self.session = session
         self.store = store
+        self.url = None if url is None else url.rstrip("/")  # where its nodes reach it
+        self._tokens = tokens
         self._secret_path = session.home / "server" / "endpoint-seal-secret"
         self._secret: bytes | None = None
         self._backends: tuple[EndpointBackend, ...] | None = None
@@ -83,8 +88,20 @@ class ServerEndpoints:
         with self._lock:
             if self._backends is None:
                 env = {**self.session.supervisor_env(), "SHOAL_ENDPOINT_CREDENTIALS": "withhold"}
-                self._backends = self.session.make_endpoint_backends(env)
+                self._backends = self.session.make_endpoint_backends(
+                    env, replica_access=None if self._tokens is None else self.replica_access)
             return self._backends
+
+    def replica_access(self, name: str, model_data: str) -> ReplicaAccess:
+        """How the Ray Serve replicas of endpoint *name* reach its files: through this server
+        (its URL for the nodes), with a replica token of the endpoint's owner that reads its
+        model, code and requirements and writes its logs only (``server/_jobtokens.py``), so
+        no node needs the server's store or its credentials."""
+        assert self._tokens is not None and self.url is not None
+        record = self.store.get_endpoint(name)
+        key = self.model_key(name, model_data)
+        return ReplicaAccess(self.url, self._tokens.mint_endpoint(record.owner, name, key),
+                             key)
 
     # --- sealed handles ---------------------------------------------------------------
 
@@ -136,14 +153,21 @@ class ServerEndpoints:
 
     def check_model_data(self, name: str, model_data: str) -> None:
         """A model in the server's artifact store (what every user may read), nothing else."""
+        self.model_key(name, model_data)
+
+    def model_key(self, name: str, model_data: str) -> str:
+        """*model_data*'s key in the server's artifact store; InvalidArgumentError for a
+        model anywhere else."""
         root = self.session.artifacts.root.rstrip("/") + "/"
         key = model_data[len(root):] if model_data.startswith(root) else ""
-        if not key or "::" in model_data or ".." in key.split("/") or key.startswith("/"):
-            raise InvalidArgumentError(
-                f"endpoint {name!r}: model_data {model_data!r} is not in this server's artifact "
-                f"store ({root}...); through a team server give a local file or directory (it "
-                "is uploaded) or a model already in its store (a training job's model_data)",
-                endpoint=name, model_data=model_data)
+        if key and "::" not in model_data and ".." not in key.split("/") and \
+                not key.startswith("/"):
+            return key
+        raise InvalidArgumentError(
+            f"endpoint {name!r}: model_data {model_data!r} is not in this server's artifact "
+            f"store ({root}...); through a team server give a local file or directory (it "
+            "is uploaded) or a model already in its store (a training job's model_data)",
+            endpoint=name, model_data=model_data)
 
     # --- what is left on this host ----------------------------------------------------
 

@@ -16,6 +16,13 @@ its metrics (``run:<experiment>/<run>``) and logged files (``experiments/<experi
 which :class:`JobGrants` reads from the server's records, never from the token. Once every
 job of a token has ended (or its record is gone, or is another user's), the token may write
 nothing more (``JobGrants.why_ended``); it still reads.
+
+Replica tokens (``shoale_``, the same secret under another label, so neither kind passes for
+the other) are what the Ray Serve replicas of an endpoint the server started send
+(``server/_endpoint_runtime.py``): minted for the endpoint's owner, they read the endpoint's
+model (its ``model_data`` key, or the keys under it) and its ``endpoints/<name>/`` code,
+requirements and model, and write its replicas' logs (``endpoints/<name>/logs/``) while the
+endpoint exists; nothing else (``EndpointToken.may_touch_key``).
 """
 
 from __future__ import annotations
@@ -28,16 +35,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from shoal.core.jobs import JobStatus, RunRef
 from shoal.core.ports import JobQuery, JobStore
 from shoal.errors import AuthenticationError
 
-__all__ = ["JOB_TOKEN_PREFIX", "RUN_FILES", "JobGrants", "JobToken", "JobTokens"]
+__all__ = ["ENDPOINT_TOKEN_PREFIX", "JOB_TOKEN_PREFIX", "RUN_FILES", "EndpointToken",
+           "JobGrants", "JobToken", "JobTokens"]
 
 JOB_TOKEN_PREFIX = "shoalj_"
+ENDPOINT_TOKEN_PREFIX = "shoale_"
 _LABEL = b"shoal/job-token/v1\0"
+_ENDPOINT_LABEL = b"shoal/endpoint-token/v1\0"
+#: What an endpoint's replicas read under ``endpoints/<name>/`` (and write: ``logs``).
+_ENDPOINT_READS = ("model", "code", "env", "logs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +78,33 @@ class JobToken:
         return not write and key.startswith("_functions/") and key.count("/") >= 2
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointToken:
+    """What a verified replica token allows: one endpoint's files, for its owner."""
+
+    user: str
+    endpoint: str
+    #: The endpoint's ``model_data`` as a key of the server's store (a file, or a prefix).
+    model_key: str
+
+    @property
+    def shown(self) -> str:
+        return f"endpoint {self.endpoint}"
+
+    def may_touch_key(self, key: str, *, write: bool) -> bool:
+        key = key.lstrip("/")
+        parts = key.split("/")
+        if ".." in parts or len(parts) < 3 or parts[:2] != ["endpoints", self.endpoint]:
+            if write:
+                return False
+            model = self.model_key.rstrip("/")
+            return key == model or key.startswith(model + "/")
+        return parts[2] == "logs" if write else parts[2] in _ENDPOINT_READS
+
+
 class JobTokens:
-    """Mints and verifies job tokens with the server's secret (read, or created, on first
-    use)."""
+    """Mints and verifies job tokens (and endpoints' replica tokens) with the server's
+    secret (read, or created, on first use)."""
 
     def __init__(self, secret_path: Path) -> None:
         self._path = Path(secret_path)
@@ -87,22 +123,39 @@ class JobTokens:
         mac = hmac.new(self._key(), _LABEL + payload, hashlib.sha256).digest()
         return f"{JOB_TOKEN_PREFIX}{_b64(payload)}.{_b64(mac)}"
 
+    def mint_endpoint(self, user: str, endpoint: str, model_key: str) -> str:
+        """A replica token of *endpoint* (owned by *user*, its model at *model_key*)."""
+        payload = json.dumps({"u": user, "e": endpoint, "m": model_key},
+                             separators=(",", ":")).encode()
+        mac = hmac.new(self._key(), _ENDPOINT_LABEL + payload, hashlib.sha256).digest()
+        return f"{ENDPOINT_TOKEN_PREFIX}{_b64(payload)}.{_b64(mac)}"
+
     def verify(self, token: str) -> JobToken:
         """The token's jobs; AuthenticationError when it was not minted by this server."""
-        body = token[len(JOB_TOKEN_PREFIX):]
+        data = self._open(token[len(JOB_TOKEN_PREFIX):], _LABEL, "job token")
+        return JobToken(str(data["u"]), frozenset(str(j) for j in data["j"]),
+                        None if data.get("b") is None else str(data["b"]))
+
+    def verify_endpoint(self, token: str) -> EndpointToken:
+        """The replica token's endpoint; AuthenticationError when this server did not mint
+        it."""
+        data = self._open(token[len(ENDPOINT_TOKEN_PREFIX):], _ENDPOINT_LABEL,
+                          "endpoint replica token")
+        return EndpointToken(str(data["u"]), str(data["e"]), str(data["m"]))
+
+    def _open(self, body: str, label: bytes, what: str) -> dict[str, Any]:
         payload_part, _, mac_part = body.partition(".")
         try:
             payload, mac = _unb64(payload_part), _unb64(mac_part)
         except ValueError:
             payload, mac = b"", b""
-        expected = hmac.new(self._key(), _LABEL + payload, hashlib.sha256).digest()
+        expected = hmac.new(self._key(), label + payload, hashlib.sha256).digest()
         if not payload or not hmac.compare_digest(mac, expected):
             raise AuthenticationError(
-                "the job token is not valid on this server (damaged, or minted by another "
+                f"the {what} is not valid on this server (damaged, or minted by another "
                 "server or before its job-token secret was replaced)")
-        data = json.loads(payload)
-        return JobToken(str(data["u"]), frozenset(str(j) for j in data["j"]),
-                        None if data.get("b") is None else str(data["b"]))
+        data: dict[str, Any] = json.loads(payload)
+        return data
 
 
 _K = TypeVar("_K")

@@ -197,7 +197,8 @@ def server_config(session: Session, *, host: str, port: int, auth: bool) -> uvic
                      upload_dir=session.home / "uploads",
                      max_upload_bytes=session.settings.server_max_upload_bytes,
                      server_jobs=server_jobs,
-                     server_endpoints=ServerEndpoints(session, store), users=store,
+                     server_endpoints=ServerEndpoints(
+                         session, store, url=own, tokens=server_jobs.tokens), users=store,
                      console=server_console(session, jobs, store if auth else None),
                      max_invocation_bytes=session.settings.server_max_invocation_bytes)
     # One process, no websockets (no route needs them: their protocol module is then never

@@ -77,7 +77,8 @@ def create_app(runs: RunStore, auth: AuthStore | None, *, jobs: JobStore | None 
         return info
 
     authorizer = Authorizer(auth, None if server_jobs is None else server_jobs.tokens,
-                            None if server_jobs is None else server_jobs.grants)
+                            None if server_jobs is None else server_jobs.grants,
+                            endpoints=endpoints)
     authorized = APIRouter(dependencies=[Depends(authorizer)])
 
     @authorized.get("/whoami", tags=["server"])
