@@ -14,13 +14,14 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import shoal
-from helpers import cli_test_session, wait_until
+from helpers import FakeClock, cli_test_session, wait_until
 from shoal import RemoteExecutor
 from shoal.core import JobSpec, JobStatus
 from shoal.core.endpoints import EndpointConfig, EndpointInstance, InstanceStatus
@@ -330,7 +331,7 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     tab.page.wait_for_url("**age=1h**")
     first = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
     tab.page.click("#next-page")
-    tab.page.wait_for_url("**before_name=**")
+    tab.page.wait_for_url("**after=**")
     rest = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
     assert tab.page.locator("#first-page").count() == 1
     assert len(first) == 50 and len(rest) == 5
@@ -360,6 +361,78 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     tab.page.wait_for_url("**name=r5**")
     assert tab.page.locator(runs).all_inner_texts() == ["r50"]
     tab.clean()
+
+
+def test_jobs_sort_by_each_column_both_ways_page_on_and_filter_by_tag(ui, session, tab):
+    # a second store on the console's database, with a clock of the test's: real
+    # transitions, each job created a second after the last and running 53 - i seconds
+    from shoal.storage.sql import SqlMetadataStore
+
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    store = SqlMetadataStore.open(f"sqlite:///{session.home / 'shoal.db'}", clock=clock)
+    made = []
+    for i in range(53):
+        name = f"job-{(i * 17) % 53:02d}"  # names not in creation order
+        clock.advance()
+        store.create_job(JobSpec(name=name, tags=(("team", "red" if i % 3 == 0 else "blue"),
+                                                  ("idx", str(i)))),
+                         key_salt="s", backend="local")
+        store.update_job(name, status=JobStatus.STARTING)
+        store.update_job(name, status=JobStatus.RUNNING)
+        clock.advance(53 - i)
+        store.update_job(name, status=JobStatus.FAILED if i % 5 == 0 else JobStatus.COMPLETED)
+        clock.advance(-(53 - i))
+        made.append(name)
+    store.close()
+    names = "#jobs tbody tr td:first-child"
+
+    def shown_in_two_pages() -> list[str]:
+        first = tab.page.locator(names).all_inner_texts()
+        tab.page.click("#next-page")
+        tab.page.wait_for_url("**after=**")
+        return first + tab.page.locator(names).all_inner_texts()
+
+    tab.goto(f"{ui}/jobs")
+    assert tab.page.locator(names).all_inner_texts() == list(reversed(made))[:50]  # newest
+    tab.page.click("#jobs th a[data-sort=name]")  # A-Z first
+    tab.page.wait_for_url("**sort=name&order=asc**")
+    assert tab.page.get_attribute("#jobs th.sorted", "aria-sort") == "ascending"
+    assert shown_in_two_pages() == sorted(made)  # keyset pages: no gap, no repeat
+    tab.goto(f"{ui}/jobs?sort=name&order=asc")
+    tab.page.click("#jobs th a[data-sort=name]")  # a second click: Z-A
+    tab.page.wait_for_url("**sort=name")
+    assert shown_in_two_pages() == sorted(made, reverse=True)
+
+    tab.goto(f"{ui}/jobs")
+    tab.page.click("#jobs th a[data-sort=duration]")  # the longest first
+    tab.page.wait_for_url("**sort=duration")
+    assert shown_in_two_pages() == made  # made[i] ran 53 - i seconds
+    tab.goto(f"{ui}/jobs?sort=duration")
+    tab.page.click("#jobs th a[data-sort=duration]")
+    tab.page.wait_for_url("**sort=duration&order=asc")
+    assert shown_in_two_pages() == list(reversed(made))
+
+    tab.goto(f"{ui}/jobs")
+    tab.page.click("#jobs th a[data-sort=status]")  # completed before failed, then by age
+    tab.page.wait_for_url("**sort=status&order=asc")
+    assert shown_in_two_pages() == [n for i, n in enumerate(made) if i % 5] + \
+        [n for i, n in enumerate(made) if i % 5 == 0]
+
+    tab.goto(f"{ui}/jobs?sort=name&order=asc")
+    tab.page.fill("input[name=tag]", "team=red")  # the filter keeps the order
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**tag=team%3Dred**")
+    red = sorted(n for i, n in enumerate(made) if i % 3 == 0)
+    assert tab.page.locator(names).all_inner_texts() == red
+    assert tab.page.locator("#next-page").count() == 0
+    assert "team=red" in tab.page.inner_text("#jobs tbody tr:first-child td.tags")
+    tab.page.fill("input[name=tag]", "team=red, idx=3")  # every pair must match
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**idx**")
+    assert tab.page.locator(names).all_inner_texts() == [made[3]]
+    tab.clean()
+    tab.goto(f"{ui}/jobs?tag=team")
+    assert "must be key=value" in tab.page.inner_text("#error-message")
 
 
 def _print_then_wait(go: str, release: str) -> str:
