@@ -591,3 +591,85 @@ def test_server_console_signs_in_with_a_token_and_only_the_owner_cancels(
     as_ann.close()
     for t in (wrong, bobs, admins, anns):
         t.page.context.close()
+
+
+def _new_tab(browser: Any) -> Tab:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(WAIT * 1000)
+    found = Tab(page)
+    page.on("console", lambda m: found.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: found.errors.append(str(e)))
+    return found
+
+
+def _csrf(tab: Tab) -> str:
+    return str(tab.page.get_attribute("body", "hx-headers")).split('"')[3]
+
+
+def test_an_admin_makes_a_token_shown_once_and_revokes_it_others_are_refused(team, browser):
+    ann = _token(team, "ann")
+    admins = _new_tab(browser)
+    _sign_in(admins, team.url, team.admin_token, "/console/users")
+    admins.page.fill("#token-form input[name=user]", "carol")
+    admins.page.check("#token-form input[name=create_user]")
+    admins.page.fill("#token-form input[name=name]", "carol-laptop")
+    admins.page.select_option("#token-form select[name=scope]", "read")
+    admins.page.fill("#token-form input[name=expires_days]", "7")
+    admins.page.click("#token-form button")
+    admins.page.wait_for_selector("#new-token-value")
+    made = admins.page.inner_text("#new-token-value").strip()
+    assert made.startswith("shoal_") and len(made) > 40
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    assert "read" in row.inner_text() and "usable" in row.inner_text()
+    assert "expires" in row.inner_text()
+    admins.goto(f"{team.url}/console/users")  # never shown again
+    assert made not in admins.page.content()
+    assert admins.page.locator("#new-token").count() == 0
+    admins.clean()
+
+    carols = _new_tab(browser)  # the new token signs in
+    _sign_in(carols, team.url, made, "/console/jobs")
+    assert "carol" in carols.page.inner_text("header .who")
+    carols.clean()
+
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    with admins.page.expect_navigation():
+        row.locator("form.revoke button").click()
+    assert admins.page.url == f"{team.url}/console/users"
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    assert row.locator(".state").inner_text() == "revoked"
+    assert row.locator("form.revoke").count() == 0
+    carols.goto(f"{team.url}/console/jobs")  # the revoked token's session has ended
+    assert "/console/login?next=" in carols.page.url
+    admins.clean()
+
+    # refusals: without the CSRF token; a user who is not an admin; an admin signed in
+    # with a token below admin scope
+    forged = admins.page.request.post(f"{team.url}/console/users/tokens", form={
+        "user": "ann", "name": "forged", "scope": "admin"}, max_redirects=0)
+    assert forged.status == 403 and "CSRF" in forged.text()
+    anns = _new_tab(browser)
+    _sign_in(anns, team.url, ann, "/console/jobs")
+    refused = anns.page.request.post(f"{team.url}/console/users/tokens", form={
+        "csrf": _csrf(anns), "user": "ann", "name": "ann-made", "scope": "admin"},
+        max_redirects=0)
+    assert refused.status == 403 and "only an admin may" in refused.text()
+    revoking = anns.page.request.post(
+        f"{team.url}/console/users/tokens/whatever/revoke", form={"csrf": _csrf(anns)},
+        max_redirects=0)
+    assert revoking.status == 403
+    weak = team.cli("tokens", "create", "--user", "admin", "--name", "admin-write",
+                    "--scope", "write")
+    assert weak.returncode == 0, weak.stderr
+    writes = _new_tab(browser)
+    _sign_in(writes, team.url, weak.stdout.strip(), "/console/users")  # may look
+    below = writes.page.request.post(f"{team.url}/console/users/tokens", form={
+        "csrf": _csrf(writes), "user": "ann", "name": "ann-made", "scope": "read"},
+        max_redirects=0)
+    assert below.status == 403 and "sign in with an admin token" in below.text()
+    admins.goto(f"{team.url}/console/users")
+    assert "ann-made" not in admins.page.inner_text("#users")
+    assert "forged" not in admins.page.inner_text("#users")
+    for t in (admins, carols, anns, writes):
+        t.page.context.close()
