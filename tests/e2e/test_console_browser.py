@@ -435,6 +435,48 @@ def test_jobs_sort_by_each_column_both_ways_page_on_and_filter_by_tag(ui, sessio
     assert "must be key=value" in tab.page.inner_text("#error-message")
 
 
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
+def test_a_jobs_page_shows_its_resolved_configuration_with_sources(ui, clean_env, tab,
+                                                                    tmp_path, monkeypatch):
+    config = tmp_path / "user-config.yaml"
+    config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n"
+                      "      RemoteFunction:\n        InstanceType: ml.m5.large\n"
+                      "        EnvironmentVariables: {DB_PASSWORD: hunter2-secret, MODE: fast}\n"
+                      "        Tags:\n          - {Key: team, Value: vision}\n")
+    monkeypatch.setenv("SHOAL_USER_CONFIG_OVERRIDE", str(config))
+    with cli_test_session(clean_env) as session:
+        executor = RemoteExecutor(sagemaker_session=session, max_retry_attempts=2,
+                                  tags=[{"Key": "run", "Value": "7"}])
+        future = executor.submit(_add, 1, 2)
+        assert future.result(timeout=WAIT * 4) == 3
+        name = future.job_name
+        executor.shutdown()
+        session.metadata.create_job(JobSpec(name="recorded-before"), key_salt="s",
+                                    backend="local")  # a spec with no sources, as older ones
+        session.metadata.update_job("recorded-before", status=JobStatus.STOPPED)
+
+    tab.goto(f"{ui}/jobs/{name}")
+    def row(option: str) -> list[str]:
+        return tab.page.locator(f"#config tr[data-option={option}] td").all_inner_texts()
+
+    assert row("instance_type")[1].startswith("ml.m5.large")
+    assert row("instance_type")[2] == f"user file {config}"
+    assert row("environment_variables")[1:] == ["DB_PASSWORD=****, MODE=fast",
+                                                 f"user file {config}"]
+    assert row("tags")[1:] == ["run=7, team=vision", f"explicit argument, then user file {config}"]
+    assert row("max_retry_attempts")[1:] == ["2", "explicit argument"]
+    assert row("max_runtime_in_seconds")[1:] == ["86400", "default"]
+    assert "hunter2-secret" not in tab.page.content()
+    tab.clean()
+    tab.goto(f"{ui}/jobs/recorded-before")
+    sources = tab.page.locator("#config td.source").all_inner_texts()
+    assert sources and set(sources) == {"not recorded"}
+    tab.clean()
+
+
 def _print_then_wait(go: str, release: str) -> str:
     """Job body: print, wait for *go*, print the marked line, wait for *release*."""
     import time

@@ -175,3 +175,28 @@ def test_runs_filter_and_sort_by_a_parameter_with_missing_ones_last() -> None:
         select_runs(runs, status="done")
     with pytest.raises(InvalidArgumentError, match="not 'loss'"):
         select_runs(runs, sort="loss")
+
+
+def test_resolved_options_show_values_as_run_their_sources_and_mask_secrets():
+    from shoal.console._config import resolved_options
+    from shoal.core.jobs import JobName, JobSpec
+
+    spec = JobSpec(name=JobName("j"), instance_type="ml.m5.large", cpus=2.0,
+                   environment_variables={"DB_PASSWORD": "hunter2", "MODE": "fast"},
+                   tags=(("team", "vision"), ("API_TOKEN", "tok-1")), max_retry_attempts=3,
+                   inert_settings={"role": "arn:aws:iam::1:role/x", "s3_kms_key": "k-123"},
+                   option_sources={"*": "default", "max_retry_attempts": "explicit argument",
+                                   "environment_variables": "user file /u.yaml",
+                                   "role": "admin file /a.yaml"})
+    rows = {r["option"]: r for r in resolved_options(spec)}
+    assert rows["max_retry_attempts"] == {"option": "max_retry_attempts", "value": "3",
+                                          "source": "explicit argument"}
+    assert rows["environment_variables"]["value"] == "DB_PASSWORD=****, MODE=fast"
+    assert rows["environment_variables"]["source"] == "user file /u.yaml"
+    assert rows["tags"]["value"] == "team=vision, API_TOKEN=****"
+    assert rows["instance_type"]["source"] == "default"
+    assert rows["role"] == {"option": "role", "value": "arn:aws:iam::1:role/x",
+                            "source": "admin file /a.yaml"}
+    assert "k-123" not in str(rows)  # a KMS key id is masked as a secret-looking name
+    old = resolved_options(JobSpec(name=JobName("old")))  # recorded before sources were
+    assert {r["source"] for r in old} == {"not recorded"}

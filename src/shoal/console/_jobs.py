@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 
+from shoal.console._config import resolved_options
 from shoal.console._forms import require_csrf
 from shoal.console._render import ago, base_url, page, seconds, spec_json
 from shoal.console._session import Principal, Sessions, utcnow
@@ -221,6 +222,7 @@ def job_routes(jobs: JobStore, artifacts: ArtifactStore, runs: RunStore, cancel:
         files = [k.removeprefix(f"{name}/") for k in artifacts.list_keys(f"{name}/")]
         return page(request, "job.html", job=_row(record, utcnow()), record=record,
                     spec=spec_json(record.spec.to_json()), events=record.events,
+                    config=resolved_options(record.spec),
                     files=files[:_MAX_FILES], more_files=max(0, len(files) - _MAX_FILES),
                     lock=_text_or_none(artifacts, job_key(name, "env", "requirements.lock")),
                     may_cancel=principal.may_change(record.owner),

@@ -128,10 +128,16 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
              conda_env: str | None = None, strict_versions: bool = False,
              checkpoint_s3_uri: str | None = None, workdir: Workdir | None = None,
              training: TrainingSpec | None = None, sagemaker_alias: bool = False,
-             framework_notices: Sequence[str] = (), backend: str | None = None) -> JobSpec:
+             framework_notices: Sequence[str] = (), backend: str | None = None,
+             option_sources: Mapping[str, str] | None = None) -> JobSpec:
     """The JobSpec of a job with *options*, run on *backend* (default: *settings*'), with the
-    parts only some jobs have."""
+    parts only some jobs have; *option_sources*: where each option came from, recorded."""
     itype, gpu_note = options.resources()
+    keep_alive = keep_alive_seconds(options.keep_alive_period_in_seconds, settings, kind,
+                                    backend=backend)
+    sources = dict(option_sources or {})
+    if sources and keep_alive != options.keep_alive_period_in_seconds:
+        sources["keep_alive_period_in_seconds"] = "setting ray_keep_alive_seconds (on Ray)"
     return JobSpec(
         name=JobName(name), kind=kind, function_name=function_name,
         instance_type=itype.name, cpus=float(itype.cpus),
@@ -143,14 +149,13 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
         max_runtime_in_seconds=options.max_runtime_in_seconds,
         max_retry_attempts=options.max_retry_attempts,
         stop_grace_period_in_seconds=options.stop_grace_period_in_seconds,
-        keep_alive_period_in_seconds=keep_alive_seconds(
-            options.keep_alive_period_in_seconds, settings, kind, backend=backend),
+        keep_alive_period_in_seconds=keep_alive,
         tags=options.tags, python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         inert_settings=dict(inert_settings or {}), sys_path=tuple(sys_path), run=run,
         conda_env=conda_env, gpu_fallback=gpu_note, strict_versions=strict_versions,
         distribution=distribution, checkpoint_s3_uri=checkpoint_s3_uri, workdir=workdir,
         training=training, sagemaker_alias=sagemaker_alias,
-        framework_notices=tuple(framework_notices))
+        framework_notices=tuple(framework_notices), option_sources=sources)
 
 
 def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:
