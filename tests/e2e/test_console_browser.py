@@ -141,8 +141,8 @@ def _non_blank_pixels(tab: Tab, selector: str) -> int:
 @contextmanager
 def _metrics_server() -> Iterator[int]:
     """A real HTTP server on loopback answering ``/metrics`` as a model server does (its
-    ``ServerMetrics`` after three requests, two waiting) and echoing ``POST /invocations``;
-    yields its port."""
+    ``ServerMetrics``: three requests before any invocation, two waiting) and echoing
+    ``POST /invocations``, each counted in its metrics (10 ms); yields its port."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     pytest.importorskip("prometheus_client")
@@ -151,10 +151,10 @@ def _metrics_server() -> Iterator[int]:
     metrics = ServerMetrics(queue_depth=lambda: 2.0, loaded=lambda: 1.0)
     for status, seconds in ((200, 0.01), (200, 0.01), (500, 0.04)):
         metrics.request(status, seconds)
-    body = metrics.render()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = metrics.render()
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", ServerMetrics.content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -165,6 +165,7 @@ def _metrics_server() -> Iterator[int]:
             sent = self.rfile.read(int(self.headers["Content-Length"]))
             answer = b'{"echo": ' + sent + b', "type": "' + \
                 self.headers["Content-Type"].encode() + b'"}'
+            metrics.request(200, 0.01)
             self.send_response(200 if self.path == "/invocations" else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
@@ -183,6 +184,44 @@ def _metrics_server() -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_an_endpoints_page_draws_its_request_rate_and_latency_live(ui, session, tab):
+    store = session.metadata
+    with _metrics_server() as port:
+        store.create_endpoint("busy", model_data="file:///models/m1",
+                              config=EndpointConfig(instance_count=1))
+        store.put_endpoint_instance("busy", EndpointInstance(
+            0, "127.0.0.1", port, status=InstanceStatus.IN_SERVICE))
+        tab.goto(f"{ui}/endpoints/busy")
+        tab.page.wait_for_function("() => Number(document.querySelector('#load')"
+                                   ".dataset.points) >= 1")  # two scrapes: one interval
+        assert float(tab.page.get_attribute("#load", "data-last-rate")) == 0.0  # idle
+        sent = 0
+
+        def invoked_and_drawn() -> bool:
+            nonlocal sent
+            for _ in range(5):  # traffic, straight to the instance, as a client would
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/invocations", data=b"[1]", method="POST",
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    assert r.status == 200
+                sent += 1
+            return float(tab.page.get_attribute("#load", "data-last-rate") or 0) > 0
+
+        wait_until(invoked_and_drawn, WAIT, interval=0.5,
+                   what="the rate chart to show the requests")
+        assert _non_blank_pixels(tab, "#rate-chart") > 100
+        assert _non_blank_pixels(tab, "#latency-chart") > 100
+        tab.page.wait_for_function(  # the next poll has every request in the totals
+            f"() => document.querySelector('#load-now').textContent.includes('{3 + sent} "
+            "requests')")
+        tab.clean()
+        served = tab.page.request.get(f"{ui}/endpoints/busy/load").json()
+        timed = [v for v in served["latency_ms"] if v is not None]
+        assert timed and all(abs(v - 10.0) < 1e-6 for v in timed)
+        assert served["rate"][-1] >= 0.0 and len(served["t"]) == len(served["rate"])
 
 
 def _seed_runs(session: shoal.Session) -> None:
