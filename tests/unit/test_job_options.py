@@ -130,3 +130,13 @@ def test_a_spec_recorded_before_option_sources_reads_as_none_recorded():
     data = JobSpec(name=JobName("old-job")).to_json()
     del data["option_sources"]
     assert JobSpec.from_json(data).option_sources == {}
+
+
+def test_an_estimators_spec_records_its_explicit_arguments(tmp_path, script):
+    session = shoal.Session(home=str(tmp_path / "home"))
+    est = Estimator(entry_point=script, instance_type="ml.m5.large", max_run=3600,
+                    environment={"MODE": "fast"}, sagemaker_session=session)
+    sources = est._spec("train-job", {}, session, None, None).option_sources
+    assert sources == {"*": "default", "instance_type": "explicit argument",
+                       "max_runtime_in_seconds": "explicit argument",
+                       "environment_variables": "explicit argument"}

@@ -4,6 +4,7 @@ from them to the JobSpec that is stored and run."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from shoal.errors import InvalidArgumentError, ResourceUnavailableError
 if TYPE_CHECKING:
     from shoal._internal.settings import Settings
 
-__all__ = ["JobOptions", "check_gpus", "is_ray", "job_spec", "keep_alive_seconds",
-           "new_job_name", "positive"]
+__all__ = ["JobOptions", "check_gpus", "explicit_sources", "is_ray", "job_spec",
+           "keep_alive_seconds", "new_job_name", "positive"]
 
 #: SageMaker's range for ``keep_alive_period_in_seconds``.
 KEEP_ALIVE_MAX_SECONDS = 3600
@@ -101,6 +102,20 @@ class JobOptions:
             itype, note = self.resources()
             per_host = max(1, 0 if note else itype.gpus) if torchrun else 1
         return Distribution(self.instance_count, per_host, torchrun)
+
+
+def explicit_sources(options: JobOptions) -> dict[str, str]:
+    """``JobSpec.option_sources`` of options that were passed as arguments and read from no
+    defaults file (``Estimator``'s): "explicit argument" where a knob is not its default."""
+    out = {"*": "default"}
+    for f in dataclasses.fields(JobOptions):
+        if f.name == "names":
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        if getattr(options, f.name) != default:
+            out[f.name] = "explicit argument"
+    return out
 
 
 def keep_alive_seconds(asked: float, settings: Settings, kind: JobKind = JobKind.FUNCTION,
