@@ -489,6 +489,19 @@ def test_list_jobs_sorts_every_way_and_pages_by_keyset_without_gaps_or_repeats(c
         [names[0], names[4]]  # filters and the order together
 
 
+def test_list_jobs_by_many_names_keeps_the_asked_order(ctx: Ctx) -> None:
+    # more names than one GET /jobs carries: the HTTP client merges its parts' pages
+    names = [ctx.name(f"many-{i:03d}") for i in range(150)]
+    ctx.store.create_jobs([JobSpec(name=n) for n in reversed(names)],
+                          key_salts=["s"] * len(names), backend="local")
+    def listed(**query: object) -> list[str]:
+        return [r.name for r in ctx.store.list_jobs(JobQuery(names=names, **query))]  # type: ignore[arg-type]
+
+    assert listed(sort=JobSort.NAME, descending=False, limit=1000) == names
+    assert listed(sort=JobSort.NAME, descending=False, limit=7) == names[:7]
+    assert listed(sort=JobSort.NAME, limit=7) == names[::-1][:7]
+
+
 def test_list_jobs_after_a_deleted_job_says_to_start_again(ctx: Ctx) -> None:
     first, second = ctx.create("one"), ctx.create("two")
     assert ctx.mine(after=second) == [first]
