@@ -199,15 +199,18 @@ def test_an_endpoints_page_draws_its_request_rate_and_latency_live(ui, session, 
         assert float(tab.page.get_attribute("#load", "data-last-rate")) == 0.0  # idle
         sent = 0
 
-        def invoked_and_drawn() -> bool:
+        def invoke(times: int = 5) -> None:
             nonlocal sent
-            for _ in range(5):  # traffic, straight to the instance, as a client would
+            for _ in range(times):  # traffic, straight to the instance, as a client would
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{port}/invocations", data=b"[1]", method="POST",
                     headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(request, timeout=10) as r:
                     assert r.status == 200
                 sent += 1
+
+        def invoked_and_drawn() -> bool:
+            invoke()
             return float(tab.page.get_attribute("#load", "data-last-rate") or 0) > 0
 
         wait_until(invoked_and_drawn, WAIT, interval=0.5,
@@ -222,6 +225,16 @@ def test_an_endpoints_page_draws_its_request_rate_and_latency_live(ui, session, 
         timed = [v for v in served["latency_ms"] if v is not None]
         assert timed and all(abs(v - 10.0) < 1e-6 for v in timed)
         assert served["rate"][-1] >= 0.0 and len(served["t"]) == len(served["rate"])
+
+        tab.goto(f"{ui}/endpoints")  # the list shows the latest rate too, refreshed live
+        rate = "#endpoints tbody tr td.rate"
+
+        def listed_rate() -> bool:
+            invoke()
+            return float(tab.page.inner_text(rate) or 0) > 0
+
+        wait_until(listed_rate, WAIT, interval=0.5, what="the list to show a rate")
+        tab.clean()
 
 
 def _seed_runs(session: shoal.Session) -> None:

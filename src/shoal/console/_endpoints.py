@@ -154,10 +154,9 @@ def endpoint_routes(endpoints: EndpointStore | None, sessions: Sessions) -> APIR
         return detail(request, name, status=status, media=media, text=text,
                       sent=form.get("body", ""), content_type=content_type)
 
-    @api.get("/endpoints")
-    def endpoints_page(request: Request) -> Response:
+    def listing(request: Request, template: str) -> Response:
         if endpoints is None:
-            return page(request, "endpoints.html", endpoints=None)
+            return page(request, template, endpoints=None)
         now = utcnow()
         found = endpoints.list_endpoints()
         scraped = _scrape_all(url for e in found for url in _in_service(e))
@@ -166,14 +165,29 @@ def endpoint_routes(endpoints: EndpointStore | None, sessions: Sessions) -> APIR
             _remember(history, e, scraped, at)
         loads = {url: _shown_load(got) if isinstance(got, Sample) else {"error": got}
                  for url, got in scraped.items()}
+
+        def rate(name: str) -> str:
+            series = history.series(name)["rate"]
+            return f"{series[-1]:.2f}" if series else ""
+
         rows = [{"name": e.name, "status": e.status.value, "owner": e.owner,
                  "instance_type": e.config.instance_type,
                  "ready": sum(i.status == InstanceStatus.IN_SERVICE for i in e.instances),
                  "wanted": e.config.instance_count, "model_data": e.model_data,
                  "age": ago(e.created_at, now), "reason": e.failure_reason or "",
+                 "rate": rate(e.name) if _in_service(e) else "",
                  "instances": [{"url": i.url, "status": i.status.value,
                                 "load": loads.get(i.url, {})} for i in e.instances]}
                 for e in sorted(found, key=lambda e: e.name)]
-        return page(request, "endpoints.html", endpoints=rows)
+        return page(request, template, endpoints=rows)
+
+    @api.get("/endpoints")
+    def endpoints_page(request: Request) -> Response:
+        return listing(request, "endpoints.html")
+
+    @api.get("/endpoints-rows")
+    def endpoints_rows(request: Request) -> Response:
+        """The list's rows, which it fetches again every 3 s (live load and rate)."""
+        return listing(request, "_endpoint_rows.html")
 
     return api
