@@ -259,8 +259,9 @@ def main() -> None:
                           "figure.chart[data-drawn]"),
                          ("compare", "/experiments/resnet-sweep/compare?metric=loss",
                           "figure#compare[data-drawn]"),
-                         ("endpoints", "/endpoints", "#endpoints"),
+                         # the endpoint first: the list then has its rate
                          ("endpoint", "/endpoints/resnet-serving", "#load[data-points]"),
+                         ("endpoints", "/endpoints", "#endpoints"),
                          ("environments", "/environments", "main h1")]
                 for name, path, ready in shots:
                     page.goto(url + path)
