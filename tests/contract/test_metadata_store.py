@@ -24,6 +24,8 @@ from shoal.core import (
     JobEvent,
     JobName,
     JobQuery,
+    JobRecord,
+    JobSort,
     JobSpec,
     JobStatus,
     MetadataStore,
@@ -416,6 +418,97 @@ def test_list_jobs_by_owner(ctx: Ctx) -> None:
     owner = ctx.store.get_job(name).owner
     assert ctx.mine(owner=owner) == [name]
     assert ctx.mine(owner=f"{owner}-someone-else") == []
+
+
+def test_list_jobs_by_tags_needs_every_pair_exactly(ctx: Ctx) -> None:
+    both = ctx.create("both", tags=(("team", "vision"), ("stage", "prod")))
+    team = ctx.create("team", tags=(("team", "vision"), ("stage", "dev")))
+    swapped = ctx.create("swapped", tags=(("vision", "team"),))
+    # a list of two strings elsewhere in the spec is not a tag
+    ctx.create("commands", pre_execution_commands=("team", "vision"))
+    accented = ctx.create("accented", tags=(("équipe", "vision \"α\""),))
+    assert ctx.mine(tags=[("team", "vision")]) == [team, both]
+    assert ctx.mine(tags=[("team", "vision"), ("stage", "prod")]) == [both]
+    assert ctx.mine(tags=[("team", "visio")]) == []  # whole values, not prefixes
+    assert ctx.mine(tags=[("vision", "team")]) == [swapped]
+    assert ctx.mine(tags=[("équipe", 'vision "α"')]) == [accented]
+    assert ctx.mine(tags=[("team", "vision")], statuses=[S.PENDING], limit=1) == [team]
+
+
+def _expected_order(records: list[JobRecord], sort: JobSort, descending: bool) -> list[str]:
+    """The documented order: by the sort's value, then newer first, then name; jobs without
+    a duration last in either direction."""
+    def ran(r: JobRecord) -> float | None:
+        return None if r.started_at is None or r.ended_at is None else \
+            (r.ended_at - r.started_at).total_seconds()
+
+    if sort is JobSort.DURATION:
+        timed = [r for r in records if ran(r) is not None]
+        untimed = [r for r in records if ran(r) is None]
+        timed.sort(key=lambda r: (ran(r), r.created_at, r.name), reverse=descending)
+        untimed.sort(key=lambda r: (r.created_at, r.name), reverse=descending)
+        return [r.name for r in timed + untimed]
+    value = {JobSort.CREATED: lambda r: (r.created_at, r.name),
+             JobSort.NAME: lambda r: (r.name,),
+             JobSort.STATUS: lambda r: (r.status.value, r.created_at, r.name)}[sort]
+    return [r.name for r in sorted(records, key=value, reverse=descending)]
+
+
+def test_list_jobs_sorts_every_way_and_pages_by_keyset_without_gaps_or_repeats(ctx: Ctx) -> None:
+    names = []
+    for i, (suffix, moves, runs_for) in enumerate((
+            ("c-quick", (S.STARTING, S.RUNNING, S.COMPLETED), 1.0),
+            ("a-slow", (S.STARTING, S.RUNNING, S.FAILED), 5.0),
+            ("e-pending", (), 0.0),
+            ("b-running", (S.STARTING, S.RUNNING), 0.0),
+            ("d-quick", (S.STARTING, S.RUNNING, S.COMPLETED), 1.0),
+            ("f-same", (), 0.0),
+            ("g-same", (), 0.0))):
+        if i < 5:  # the last three are created in the same instant
+            ctx.clock.advance()
+        names.append(ctx.create(suffix))
+        for status in moves:
+            if status.is_terminal:
+                ctx.clock.advance(runs_for)
+            ctx.store.update_job(names[-1], status=status)
+    records = [ctx.store.get_job(n) for n in names]
+    for sort in JobSort:
+        for descending in (True, False):
+            expected = _expected_order(records, sort, descending)
+            assert ctx.mine(sort=sort, descending=descending) == expected, (sort, descending)
+            pages: list[list[str]] = []
+            after = None
+            while True:
+                page = ctx.mine(sort=sort, descending=descending, after=after, limit=3)
+                if not page:
+                    break
+                pages.append(page)
+                after = page[-1]
+            assert [n for p in pages for n in p] == expected, (sort, descending)
+    assert ctx.mine(sort=JobSort.STATUS, statuses=[S.COMPLETED], descending=False) == \
+        [names[0], names[4]]  # filters and the order together
+
+
+def test_list_jobs_by_many_names_keeps_the_asked_order(ctx: Ctx) -> None:
+    # more names than one GET /jobs carries: the HTTP client merges its parts' pages
+    names = [ctx.name(f"many-{i:03d}") for i in range(150)]
+    ctx.store.create_jobs([JobSpec(name=n) for n in reversed(names)],
+                          key_salts=["s"] * len(names), backend="local")
+    def listed(**query: object) -> list[str]:
+        return [r.name for r in ctx.store.list_jobs(JobQuery(names=names, **query))]  # type: ignore[arg-type]
+
+    assert listed(sort=JobSort.NAME, descending=False, limit=1000) == names
+    assert listed(sort=JobSort.NAME, descending=False, limit=7) == names[:7]
+    assert listed(sort=JobSort.NAME, limit=7) == names[::-1][:7]
+
+
+def test_list_jobs_after_a_deleted_job_says_to_start_again(ctx: Ctx) -> None:
+    first, second = ctx.create("one"), ctx.create("two")
+    assert ctx.mine(after=second) == [first]
+    ctx.store.update_job(second, status=S.STOPPED)
+    ctx.store.delete_jobs([second])
+    with pytest.raises(JobNotFound, match="start again from the first page"):
+        ctx.mine(after=second)
 
 
 def test_iter_unfinished(ctx: Ctx) -> None:

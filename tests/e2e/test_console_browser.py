@@ -14,13 +14,14 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import shoal
-from helpers import cli_test_session, wait_until
+from helpers import FakeClock, cli_test_session, wait_until
 from shoal import RemoteExecutor
 from shoal.core import JobSpec, JobStatus
 from shoal.core.endpoints import EndpointConfig, EndpointInstance, InstanceStatus
@@ -140,8 +141,8 @@ def _non_blank_pixels(tab: Tab, selector: str) -> int:
 @contextmanager
 def _metrics_server() -> Iterator[int]:
     """A real HTTP server on loopback answering ``/metrics`` as a model server does (its
-    ``ServerMetrics`` after three requests, two waiting) and echoing ``POST /invocations``;
-    yields its port."""
+    ``ServerMetrics``: three requests before any invocation, two waiting) and echoing
+    ``POST /invocations``, each counted in its metrics (10 ms); yields its port."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     pytest.importorskip("prometheus_client")
@@ -150,10 +151,10 @@ def _metrics_server() -> Iterator[int]:
     metrics = ServerMetrics(queue_depth=lambda: 2.0, loaded=lambda: 1.0)
     for status, seconds in ((200, 0.01), (200, 0.01), (500, 0.04)):
         metrics.request(status, seconds)
-    body = metrics.render()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = metrics.render()
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", ServerMetrics.content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -164,6 +165,7 @@ def _metrics_server() -> Iterator[int]:
             sent = self.rfile.read(int(self.headers["Content-Length"]))
             answer = b'{"echo": ' + sent + b', "type": "' + \
                 self.headers["Content-Type"].encode() + b'"}'
+            metrics.request(200, 0.01)
             self.send_response(200 if self.path == "/invocations" else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
@@ -182,6 +184,57 @@ def _metrics_server() -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_an_endpoints_page_draws_its_request_rate_and_latency_live(ui, session, tab):
+    store = session.metadata
+    with _metrics_server() as port:
+        store.create_endpoint("busy", model_data="file:///models/m1",
+                              config=EndpointConfig(instance_count=1))
+        store.put_endpoint_instance("busy", EndpointInstance(
+            0, "127.0.0.1", port, status=InstanceStatus.IN_SERVICE))
+        tab.goto(f"{ui}/endpoints/busy")
+        tab.page.wait_for_function("() => Number(document.querySelector('#load')"
+                                   ".dataset.points) >= 1")  # two scrapes: one interval
+        assert float(tab.page.get_attribute("#load", "data-last-rate")) == 0.0  # idle
+        sent = 0
+
+        def invoke(times: int = 5) -> None:
+            nonlocal sent
+            for _ in range(times):  # traffic, straight to the instance, as a client would
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/invocations", data=b"[1]", method="POST",
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    assert r.status == 200
+                sent += 1
+
+        def invoked_and_drawn() -> bool:
+            invoke()
+            return float(tab.page.get_attribute("#load", "data-last-rate") or 0) > 0
+
+        wait_until(invoked_and_drawn, WAIT, interval=0.5,
+                   what="the rate chart to show the requests")
+        assert _non_blank_pixels(tab, "#rate-chart") > 100
+        assert _non_blank_pixels(tab, "#latency-chart") > 100
+        tab.page.wait_for_function(  # the next poll has every request in the totals
+            f"() => document.querySelector('#load-now').textContent.includes('{3 + sent} "
+            "requests')")
+        tab.clean()
+        served = tab.page.request.get(f"{ui}/endpoints/busy/load").json()
+        timed = [v for v in served["latency_ms"] if v is not None]
+        assert timed and all(abs(v - 10.0) < 1e-6 for v in timed)
+        assert served["rate"][-1] >= 0.0 and len(served["t"]) == len(served["rate"])
+
+        tab.goto(f"{ui}/endpoints")  # the list shows the latest rate too, refreshed live
+        rate = "#endpoints tbody tr td.rate"
+
+        def listed_rate() -> bool:
+            invoke()
+            return float(tab.page.inner_text(rate) or 0) > 0
+
+        wait_until(listed_rate, WAIT, interval=0.5, what="the list to show a rate")
+        tab.clean()
 
 
 def _seed_runs(session: shoal.Session) -> None:
@@ -330,7 +383,7 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     tab.page.wait_for_url("**age=1h**")
     first = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
     tab.page.click("#next-page")
-    tab.page.wait_for_url("**before_name=**")
+    tab.page.wait_for_url("**after=**")
     rest = tab.page.locator("#jobs tbody tr td:first-child").all_inner_texts()
     assert tab.page.locator("#first-page").count() == 1
     assert len(first) == 50 and len(rest) == 5
@@ -359,6 +412,120 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     tab.page.click("#run-filters button")
     tab.page.wait_for_url("**name=r5**")
     assert tab.page.locator(runs).all_inner_texts() == ["r50"]
+    tab.clean()
+
+
+def test_jobs_sort_by_each_column_both_ways_page_on_and_filter_by_tag(ui, session, tab):
+    # a second store on the console's database, with a clock of the test's: real
+    # transitions, each job created a second after the last and running 53 - i seconds
+    from shoal.storage.sql import SqlMetadataStore
+
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    store = SqlMetadataStore.open(f"sqlite:///{session.home / 'shoal.db'}", clock=clock)
+    made = []
+    for i in range(53):
+        name = f"job-{(i * 17) % 53:02d}"  # names not in creation order
+        clock.advance()
+        store.create_job(JobSpec(name=name, tags=(("team", "red" if i % 3 == 0 else "blue"),
+                                                  ("idx", str(i)))),
+                         key_salt="s", backend="local")
+        store.update_job(name, status=JobStatus.STARTING)
+        store.update_job(name, status=JobStatus.RUNNING)
+        clock.advance(53 - i)
+        store.update_job(name, status=JobStatus.FAILED if i % 5 == 0 else JobStatus.COMPLETED)
+        clock.advance(-(53 - i))
+        made.append(name)
+    store.close()
+    names = "#jobs tbody tr td:first-child"
+
+    def shown_in_two_pages() -> list[str]:
+        first = tab.page.locator(names).all_inner_texts()
+        tab.page.click("#next-page")
+        tab.page.wait_for_url("**after=**")
+        return first + tab.page.locator(names).all_inner_texts()
+
+    tab.goto(f"{ui}/jobs")
+    assert tab.page.locator(names).all_inner_texts() == list(reversed(made))[:50]  # newest
+    tab.page.click("#jobs th a[data-sort=name]")  # A-Z first
+    tab.page.wait_for_url("**sort=name&order=asc**")
+    assert tab.page.get_attribute("#jobs th.sorted", "aria-sort") == "ascending"
+    assert shown_in_two_pages() == sorted(made)  # keyset pages: no gap, no repeat
+    tab.goto(f"{ui}/jobs?sort=name&order=asc")
+    tab.page.click("#jobs th a[data-sort=name]")  # a second click: Z-A
+    tab.page.wait_for_url("**sort=name")
+    assert shown_in_two_pages() == sorted(made, reverse=True)
+
+    tab.goto(f"{ui}/jobs")
+    tab.page.click("#jobs th a[data-sort=duration]")  # the longest first
+    tab.page.wait_for_url("**sort=duration")
+    assert shown_in_two_pages() == made  # made[i] ran 53 - i seconds
+    tab.goto(f"{ui}/jobs?sort=duration")
+    tab.page.click("#jobs th a[data-sort=duration]")
+    tab.page.wait_for_url("**sort=duration&order=asc")
+    assert shown_in_two_pages() == list(reversed(made))
+
+    tab.goto(f"{ui}/jobs")
+    tab.page.click("#jobs th a[data-sort=status]")  # completed before failed, then by age
+    tab.page.wait_for_url("**sort=status&order=asc")
+    assert shown_in_two_pages() == [n for i, n in enumerate(made) if i % 5] + \
+        [n for i, n in enumerate(made) if i % 5 == 0]
+
+    tab.goto(f"{ui}/jobs?sort=name&order=asc")
+    tab.page.fill("input[name=tag]", "team=red")  # the filter keeps the order
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**tag=team%3Dred**")
+    red = sorted(n for i, n in enumerate(made) if i % 3 == 0)
+    assert tab.page.locator(names).all_inner_texts() == red
+    assert tab.page.locator("#next-page").count() == 0
+    assert "team=red" in tab.page.inner_text("#jobs tbody tr:first-child td.tags")
+    tab.page.fill("input[name=tag]", "team=red, idx=3")  # every pair must match
+    tab.page.click("#job-filters button")
+    tab.page.wait_for_url("**idx**")
+    assert tab.page.locator(names).all_inner_texts() == [made[3]]
+    tab.clean()
+    tab.goto(f"{ui}/jobs?tag=team")
+    assert "must be key=value" in tab.page.inner_text("#error-message")
+
+
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
+def test_a_jobs_page_shows_its_resolved_configuration_with_sources(ui, clean_env, tab,
+                                                                    tmp_path, monkeypatch):
+    config = tmp_path / "user-config.yaml"
+    config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n"
+                      "      RemoteFunction:\n        InstanceType: ml.m5.large\n"
+                      "        EnvironmentVariables: {DB_PASSWORD: hunter2-secret, MODE: fast}\n"
+                      "        Tags:\n          - {Key: team, Value: vision}\n")
+    monkeypatch.setenv("SHOAL_USER_CONFIG_OVERRIDE", str(config))
+    with cli_test_session(clean_env) as session:
+        executor = RemoteExecutor(sagemaker_session=session, max_retry_attempts=2,
+                                  tags=[{"Key": "run", "Value": "7"}])
+        future = executor.submit(_add, 1, 2)
+        assert future.result(timeout=WAIT * 4) == 3
+        name = future.job_name
+        executor.shutdown()
+        session.metadata.create_job(JobSpec(name="recorded-before"), key_salt="s",
+                                    backend="local")  # a spec with no sources, as older ones
+        session.metadata.update_job("recorded-before", status=JobStatus.STOPPED)
+
+    tab.goto(f"{ui}/jobs/{name}")
+    def row(option: str) -> list[str]:
+        return tab.page.locator(f"#config tr[data-option={option}] td").all_inner_texts()
+
+    assert row("instance_type")[1].startswith("ml.m5.large")
+    assert row("instance_type")[2] == f"user file {config}"
+    assert row("environment_variables")[1:] == ["DB_PASSWORD=****, MODE=fast",
+                                                 f"user file {config}"]
+    assert row("tags")[1:] == ["run=7, team=vision", f"explicit argument, then user file {config}"]
+    assert row("max_retry_attempts")[1:] == ["2", "explicit argument"]
+    assert row("max_runtime_in_seconds")[1:] == ["86400", "default"]
+    assert "hunter2-secret" not in tab.page.content()
+    tab.clean()
+    tab.goto(f"{ui}/jobs/recorded-before")
+    sources = tab.page.locator("#config td.source").all_inner_texts()
+    assert sources and set(sources) == {"not recorded"}
     tab.clean()
 
 
@@ -517,4 +684,86 @@ def test_server_console_signs_in_with_a_token_and_only_the_owner_cancels(
     anns.clean()
     as_ann.close()
     for t in (wrong, bobs, admins, anns):
+        t.page.context.close()
+
+
+def _new_tab(browser: Any) -> Tab:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(WAIT * 1000)
+    found = Tab(page)
+    page.on("console", lambda m: found.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: found.errors.append(str(e)))
+    return found
+
+
+def _csrf(tab: Tab) -> str:
+    return str(tab.page.get_attribute("body", "hx-headers")).split('"')[3]
+
+
+def test_an_admin_makes_a_token_shown_once_and_revokes_it_others_are_refused(team, browser):
+    ann = _token(team, "ann")
+    admins = _new_tab(browser)
+    _sign_in(admins, team.url, team.admin_token, "/console/users")
+    admins.page.fill("#token-form input[name=user]", "carol")
+    admins.page.check("#token-form input[name=create_user]")
+    admins.page.fill("#token-form input[name=name]", "carol-laptop")
+    admins.page.select_option("#token-form select[name=scope]", "read")
+    admins.page.fill("#token-form input[name=expires_days]", "7")
+    admins.page.click("#token-form button")
+    admins.page.wait_for_selector("#new-token-value")
+    made = admins.page.inner_text("#new-token-value").strip()
+    assert made.startswith("shoal_") and len(made) > 40
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    assert "read" in row.inner_text() and "usable" in row.inner_text()
+    assert "expires" in row.inner_text()
+    admins.goto(f"{team.url}/console/users")  # never shown again
+    assert made not in admins.page.content()
+    assert admins.page.locator("#new-token").count() == 0
+    admins.clean()
+
+    carols = _new_tab(browser)  # the new token signs in
+    _sign_in(carols, team.url, made, "/console/jobs")
+    assert "carol" in carols.page.inner_text("header .who")
+    carols.clean()
+
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    with admins.page.expect_navigation():
+        row.locator("form.revoke button").click()
+    assert admins.page.url == f"{team.url}/console/users"
+    row = admins.page.locator("#users .token", has_text="carol-laptop")
+    assert row.locator(".state").inner_text() == "revoked"
+    assert row.locator("form.revoke").count() == 0
+    carols.goto(f"{team.url}/console/jobs")  # the revoked token's session has ended
+    assert "/console/login?next=" in carols.page.url
+    admins.clean()
+
+    # refusals: without the CSRF token; a user who is not an admin; an admin signed in
+    # with a token below admin scope
+    forged = admins.page.request.post(f"{team.url}/console/users/tokens", form={
+        "user": "ann", "name": "forged", "scope": "admin"}, max_redirects=0)
+    assert forged.status == 403 and "CSRF" in forged.text()
+    anns = _new_tab(browser)
+    _sign_in(anns, team.url, ann, "/console/jobs")
+    refused = anns.page.request.post(f"{team.url}/console/users/tokens", form={
+        "csrf": _csrf(anns), "user": "ann", "name": "ann-made", "scope": "admin"},
+        max_redirects=0)
+    assert refused.status == 403 and "only an admin may" in refused.text()
+    revoking = anns.page.request.post(
+        f"{team.url}/console/users/tokens/whatever/revoke", form={"csrf": _csrf(anns)},
+        max_redirects=0)
+    assert revoking.status == 403
+    weak = team.cli("tokens", "create", "--user", "admin", "--name", "admin-write",
+                    "--scope", "write")
+    assert weak.returncode == 0, weak.stderr
+    writes = _new_tab(browser)
+    _sign_in(writes, team.url, weak.stdout.strip(), "/console/users")  # may look
+    below = writes.page.request.post(f"{team.url}/console/users/tokens", form={
+        "csrf": _csrf(writes), "user": "ann", "name": "ann-made", "scope": "read"},
+        max_redirects=0)
+    assert below.status == 403 and "sign in with an admin token" in below.text()
+    admins.goto(f"{team.url}/console/users")
+    assert "ann-made" not in admins.page.inner_text("#users")
+    assert "forged" not in admins.page.inner_text("#users")
+    for t in (admins, carols, anns, writes):
         t.page.context.close()

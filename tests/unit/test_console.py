@@ -175,3 +175,54 @@ def test_runs_filter_and_sort_by_a_parameter_with_missing_ones_last() -> None:
         select_runs(runs, status="done")
     with pytest.raises(InvalidArgumentError, match="not 'loss'"):
         select_runs(runs, sort="loss")
+
+
+def test_resolved_options_show_values_as_run_their_sources_and_mask_secrets():
+    from shoal.console._config import resolved_options
+    from shoal.core.jobs import JobName, JobSpec
+
+    spec = JobSpec(name=JobName("j"), instance_type="ml.m5.large", cpus=2.0,
+                   environment_variables={"DB_PASSWORD": "hunter2", "MODE": "fast"},
+                   tags=(("team", "vision"), ("API_TOKEN", "tok-1")), max_retry_attempts=3,
+                   inert_settings={"role": "arn:aws:iam::1:role/x", "s3_kms_key": "k-123"},
+                   option_sources={"*": "default", "max_retry_attempts": "explicit argument",
+                                   "environment_variables": "user file /u.yaml",
+                                   "role": "admin file /a.yaml"})
+    rows = {r["option"]: r for r in resolved_options(spec)}
+    assert rows["max_retry_attempts"] == {"option": "max_retry_attempts", "value": "3",
+                                          "source": "explicit argument"}
+    assert rows["environment_variables"]["value"] == "DB_PASSWORD=****, MODE=fast"
+    assert rows["environment_variables"]["source"] == "user file /u.yaml"
+    assert rows["tags"]["value"] == "team=vision, API_TOKEN=****"
+    assert rows["instance_type"]["source"] == "default"
+    assert rows["role"] == {"option": "role", "value": "arn:aws:iam::1:role/x",
+                            "source": "admin file /a.yaml"}
+    assert "k-123" not in str(rows)  # a KMS key id is masked as a secret-looking name
+    old = resolved_options(JobSpec(name=JobName("old")))  # recorded before sources were
+    assert {r["source"] for r in old} == {"not recorded"}
+
+
+def test_load_history_turns_scrapes_into_rate_and_latency_per_interval():
+    from shoal.console._load import LoadHistory, Sample, sample_of
+
+    history = LoadHistory(size=4, min_interval=1.0)
+    a, b = "http://a", "http://b"
+    history.record("ep", 100.0, {a: Sample(10, 1.0, 10, 0), b: Sample(0, 0.0, 0, 1)})
+    history.record("ep", 100.5, {a: Sample(99, 9.0, 99, 0)})  # too soon after: not kept
+    history.record("ep", 102.0, {a: Sample(30, 2.0, 30, 2), b: Sample(20, 3.0, 20, 1)})
+    history.record("ep", 104.0, {a: Sample(5, 0.1, 5, 0), b: Sample(20, 3.0, 20, 0)})
+    series = history.series("ep")
+    assert series["t"] == [102.0, 104.0]
+    assert series["rate"] == [20.0, 0.0]  # (20 + 20) / 2 s; then a restarted and b idle
+    assert series["latency_ms"][0] == pytest.approx(4.0 / 40 * 1000)
+    assert series["latency_ms"][1] is None  # no requests measured in that interval
+    assert series["queue"] == [3.0, 0.0]
+    for at in (106.0, 108.0, 110.0):  # the ring keeps the last 4 scrapes
+        history.record("ep", at, {a: Sample(5, 0.1, 5, 0)})
+    assert history.series("ep")["t"] == [106.0, 108.0, 110.0]
+    assert history.series("never-seen") == {"t": [], "rate": [], "latency_ms": [], "queue": []}
+    sample = sample_of("# HELP x\nshoal_invocations_total{code=\"200\"} 3\n"
+                       "shoal_invocations_total{code=\"500\"} 1\n"
+                       "shoal_invocation_latency_seconds_sum 0.5\n"
+                       "shoal_invocation_latency_seconds_count 4\nshoal_queue_depth 2\n")
+    assert sample == Sample(4.0, 0.5, 4.0, 2.0)

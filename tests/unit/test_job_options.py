@@ -10,7 +10,7 @@ import pytest
 
 import shoal
 from shoal import RemoteExecutor, remote
-from shoal.core.jobs import Distribution, JobKind
+from shoal.core.jobs import Distribution, JobKind, JobName, JobSpec
 from shoal.errors import InvalidArgumentError
 from shoal.estimator import Estimator
 from shoal.jobs.options import JobOptions, job_spec
@@ -99,3 +99,44 @@ def test_job_spec_takes_the_ranks_from_the_options(tmp_path):
                     function_name="m.f", distribution=options.ranks(torchrun=True))
     assert spec.distribution == Distribution(hosts=2, per_host=1, torchrun=True)
     assert options.ranks(torchrun=True, per_host=3).world == 6
+
+
+def test_a_spec_records_where_each_option_came_from(tmp_path):
+    from shoal.config import load_defaults
+
+    admin, user = tmp_path / "admin.yaml", tmp_path / "user.yaml"
+    admin.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n"
+                     "      RemoteFunction:\n        InstanceType: ml.m5.large\n"
+                     "        Tags:\n          - {Key: team, Value: vision}\n")
+    user.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n"
+                    "      RemoteFunction:\n        EnvironmentVariables: {MODE: fast}\n")
+    defaults = load_defaults([("admin", admin), ("user", user)])
+    options = RemoteOptions(max_retry_attempts=3, max_runtime_in_seconds=24 * 3600,
+                            tags={"run": "7"})
+    sources = options.sources(defaults)
+    assert sources["instance_type"] == f"admin file {admin}"
+    assert sources["environment_variables"] == f"user file {user}"
+    assert sources["max_retry_attempts"] == "explicit argument"
+    assert sources["tags"] == f"explicit argument, then admin file {admin}"  # merged
+    assert "max_runtime_in_seconds" not in sources  # passed, but its default: "*"
+    assert sources["*"] == "default"
+    session = shoal.Session(home=str(tmp_path / "home"))
+    spec = options.build_spec(_f, session)
+    assert spec.option_sources["max_retry_attempts"] == "explicit argument"
+    assert JobSpec.from_json(spec.to_json()).option_sources == spec.option_sources
+
+
+def test_a_spec_recorded_before_option_sources_reads_as_none_recorded():
+    data = JobSpec(name=JobName("old-job")).to_json()
+    del data["option_sources"]
+    assert JobSpec.from_json(data).option_sources == {}
+
+
+def test_an_estimators_spec_records_its_explicit_arguments(tmp_path, script):
+    session = shoal.Session(home=str(tmp_path / "home"))
+    est = Estimator(entry_point=script, instance_type="ml.m5.large", max_run=3600,
+                    environment={"MODE": "fast"}, sagemaker_session=session)
+    sources = est._spec("train-job", {}, session, None, None).option_sources
+    assert sources == {"*": "default", "instance_type": "explicit argument",
+                       "max_runtime_in_seconds": "explicit argument",
+                       "environment_variables": "explicit argument"}

@@ -18,13 +18,29 @@ from urllib.parse import quote
 
 from shoal.client.http import ServerConnection
 from shoal.core.jobs import FailureKind, JobChange, JobRecord, JobSpec, JobStatus
-from shoal.core.ports import Handle, JobQuery
-from shoal.errors import JobNotFound
+from shoal.core.ports import Handle, JobQuery, JobSort
+from shoal.errors import InvalidArgumentError, JobNotFound
 
 __all__ = ["HttpJobStore"]
 
 #: Names per ``GET /jobs`` of a query by names (they travel in the URL).
 _NAMES_PER_REQUEST = 100
+
+
+def _order_key(query: JobQuery) -> Any:
+    """The store's order of *query* (``storage.sql._jobquery``), to merge pages by."""
+    def key(r: JobRecord) -> tuple[Any, ...]:
+        if query.sort is JobSort.NAME:
+            return (r.name,)
+        if query.sort is JobSort.STATUS:
+            return (r.status.value, r.created_at, r.name)
+        if query.sort is JobSort.DURATION:
+            ran = None if r.started_at is None or r.ended_at is None else \
+                (r.ended_at - r.started_at).total_seconds()
+            return (ran if ran is not None else -1.0 if query.descending else 1e300,
+                    r.created_at, r.name)
+        return (r.created_at, r.name)
+    return key
 
 
 def job_record(body: Mapping[str, Any]) -> JobRecord:
@@ -92,7 +108,7 @@ class HttpJobStore:
         # Many names (a batch's jobs) go in parts; the parts' newest-first lists are merged.
         parts = [self._list(query, query.names[i:i + _NAMES_PER_REQUEST])
                  for i in range(0, len(query.names), _NAMES_PER_REQUEST)]
-        merged = heapq.merge(*parts, key=lambda r: (r.created_at, r.name), reverse=True)
+        merged = heapq.merge(*parts, key=_order_key(query), reverse=query.descending)
         return list(merged)[:query.limit]
 
     def _list(self, query: JobQuery, names: Sequence[str]) -> list[JobRecord]:
@@ -110,6 +126,15 @@ class HttpJobStore:
             params.append(("owner", query.owner))
         if query.before is not None:
             params += [("before", query.before[0].isoformat()), ("before_name", query.before[1])]
+        for key, value in query.tags:
+            if "=" in key:
+                raise InvalidArgumentError(f"tag key {key!r} holds '=', which a filter through "
+                                           "a team server cannot carry (tag=key=value)", tag=key)
+            params.append(("tag", f"{key}={value}"))
+        if query.sort is not JobSort.CREATED or not query.descending:
+            params += [("sort", query.sort.value), ("order", "desc" if query.descending else "asc")]
+        if query.after is not None:
+            params.append(("after", query.after))
         params.append(("limit", str(int(query.limit))))
         return [job_record(r) for r in self._http.call("GET", "/jobs", params=params)]
 

@@ -83,7 +83,7 @@ def create_console(*, jobs: JobStore, runs: RunStore, artifacts: ArtifactStore,
     app.include_router(job_routes(jobs, artifacts, runs, cancel, sessions))
     app.include_router(run_routes(runs, artifacts))
     app.include_router(endpoint_routes(endpoints, sessions))
-    app.include_router(admin_routes(environments, auth))
+    app.include_router(admin_routes(environments, auth, sessions))
     app.add_exception_handler(ShoalError, _error_page)
     return app
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,17 +13,19 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 
+from shoal.console._config import resolved_options
 from shoal.console._forms import require_csrf
 from shoal.console._render import ago, base_url, page, seconds, spec_json
 from shoal.console._session import Principal, Sessions, utcnow
 from shoal.core.experiments import job_owner
 from shoal.core.jobs import JobRecord, JobStatus
-from shoal.core.ports import ArtifactStore, JobQuery, JobStore, RunStore
+from shoal.core.ports import ArtifactStore, JobQuery, JobSort, JobStore, RunStore
+from shoal.core.tags import parse_tag
 from shoal.errors import ArtifactNotFound, InvalidArgumentError, PermissionDeniedError
 from shoal.jobs import log_key
 from shoal.storage.artifacts import job_key
 
-__all__ = ["Cancel", "job_routes"]
+__all__ = ["Cancel", "JobsView", "job_routes"]
 
 #: Stops a job (``JobService.cancel``).
 Cancel = Callable[[str], object]
@@ -50,19 +52,56 @@ AGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days
         "30d": timedelta(days=30)}
 
 
-def _filters(status: str, name: str, owner: str, age: str = "") -> JobQuery:
-    statuses: tuple[JobStatus, ...] = ()
-    if status:
-        try:
-            statuses = (JobStatus(status),)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"no job status is called {status!r}; pick one of "
-                f"{', '.join(s.value for s in JobStatus)}", status=status) from None
-    if age and age not in AGES:
-        raise InvalidArgumentError(f"age={age!r} is not one of {', '.join(AGES)}", age=age)
-    return JobQuery(statuses=statuses, name_contains=name or None, owner=owner or None,
-                    created_after=utcnow() - AGES[age] if age else None)
+#: The jobs list's sortable columns: its ``sort=`` value -> the store's order.
+SORTS = {s.value: s for s in JobSort}
+
+
+@dataclass(frozen=True, slots=True)
+class JobsView:
+    """What the jobs list was asked for (its URL's query): filters, order and page."""
+
+    status: str = ""
+    name: str = ""
+    owner: str = ""
+    age: str = ""
+    tag: str = ""
+    sort: str = "created"
+    order: str = "desc"
+    after: str = ""
+
+    def query(self) -> JobQuery:
+        statuses: tuple[JobStatus, ...] = ()
+        if self.status:
+            try:
+                statuses = (JobStatus(self.status),)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"no job status is called {self.status!r}; pick one of "
+                    f"{', '.join(s.value for s in JobStatus)}", status=self.status) from None
+        if self.age and self.age not in AGES:
+            raise InvalidArgumentError(f"age={self.age!r} is not one of {', '.join(AGES)}",
+                                       age=self.age)
+        if self.sort not in SORTS:
+            raise InvalidArgumentError(f"sort={self.sort!r} is not one of {', '.join(SORTS)}",
+                                       sort=self.sort)
+        if self.order not in ("asc", "desc"):
+            raise InvalidArgumentError(f"order={self.order!r} is not asc or desc",
+                                       order=self.order)
+        tags = tuple(parse_tag(t.strip()) for t in self.tag.split(",") if t.strip())
+        return JobQuery(statuses=statuses, name_contains=self.name or None,
+                        owner=self.owner or None,
+                        created_after=utcnow() - AGES[self.age] if self.age else None,
+                        tags=tuple((k.strip(), v.strip()) for k, v in tags),
+                        sort=SORTS[self.sort], descending=self.order == "desc",
+                        after=self.after or None, limit=PAGE_SIZE + 1)
+
+    def params(self, **changed: str) -> str:
+        """This view's URL query with *changed* fields (defaults and blanks left out)."""
+        fields = {"status": self.status, "name": self.name, "owner": self.owner,
+                  "age": self.age, "tag": self.tag, "sort": self.sort, "order": self.order,
+                  "after": self.after, **changed}
+        defaults = {"sort": "created", "order": "desc"}
+        return urlencode({k: v for k, v in fields.items() if v and defaults.get(k) != v})
 
 
 def _row(record: JobRecord, now: datetime) -> dict[str, Any]:
@@ -71,52 +110,50 @@ def _row(record: JobRecord, now: datetime) -> dict[str, Any]:
         (now - record.started_at).total_seconds() if record.started_at else None
     return {"name": record.name, "status": record.status.value, "owner": record.owner,
             "instance_type": record.spec.instance_type or "", "age": ago(record.created_at, now),
-            "duration": seconds(duration), "terminal": record.is_terminal}
+            "duration": seconds(duration), "terminal": record.is_terminal,
+            "tags": [f"{k}={v}" for k, v in record.spec.tags]}
+
+
+def _listing(jobs: JobStore, view: JobsView) -> dict[str, Any]:
+    found = jobs.list_jobs(view.query())
+    now = utcnow()
+    shown = found[:PAGE_SIZE]
+    more = view.params(after=shown[-1].name) if len(found) > PAGE_SIZE else None
+    columns = []
+    for key, label in (("name", "Name"), ("status", "Status"), ("", "Owner"),
+                       ("", "Instance type"), ("created", "Age"), ("duration", "Duration"),
+                       ("", "Tags")):
+        current = key == view.sort
+        # the first click sorts the column's natural way: names and statuses A-Z, the
+        # newest and the longest first; a second click turns the order round
+        order = ("asc" if view.order == "desc" else "desc") if current else \
+            "asc" if key in ("name", "status") else "desc"
+        columns.append({"label": label, "key": key, "current": current,
+                        "order": view.order if current else "",
+                        "href": view.params(sort=key, order=order, after="") if key else ""})
+    return {"rows": [_row(r, now) for r in shown], "next_query": more,
+            "query": view.params(), "first_query": view.params(after=""),
+            "paged": bool(view.after), "view": view, "columns": columns,
+            "ages": list(AGES), "statuses": [s.value for s in JobStatus]}
 
 
 def job_routes(jobs: JobStore, artifacts: ArtifactStore, runs: RunStore, cancel: Cancel,
                sessions: Sessions) -> APIRouter:
     api = APIRouter()
 
-    def listing(status: str, name: str, owner: str, age: str, before: str,
-                before_name: str) -> dict[str, Any]:
-        query = _filters(status, name, owner, age)
-        cursor = None
-        if before and before_name:
-            try:
-                cursor = (datetime.fromisoformat(before), before_name)
-            except ValueError:
-                raise InvalidArgumentError(f"before={before!r} is not an ISO time; follow "
-                                           "the page links", before=before) from None
-        found = jobs.list_jobs(replace(query, before=cursor, limit=PAGE_SIZE + 1))
-        now = utcnow()
-        shown = found[:PAGE_SIZE]
-        params = {k: v for k, v in (("status", status), ("name", name), ("owner", owner),
-                                    ("age", age)) if v}
-        more = None
-        if len(found) > PAGE_SIZE:
-            last = shown[-1]
-            more = urlencode({**params, "before": last.created_at.isoformat(),
-                              "before_name": last.name})
-        return {"rows": [_row(r, now) for r in shown], "next_query": more,
-                "query": urlencode({**params, **({"before": before, "before_name": before_name}
-                                               if cursor else {})}),
-                "first_query": urlencode(params), "paged": cursor is not None,
-                "status": status, "name": name, "owner": owner, "age": age,
-                "ages": list(AGES),
-                "statuses": [s.value for s in JobStatus]}
+    def view_of(request: Request) -> JobsView:
+        got = request.query_params
+        return JobsView(**{f: got.get(f, default) for f, default in (
+            ("status", ""), ("name", ""), ("owner", ""), ("age", ""), ("tag", ""),
+            ("sort", "created"), ("order", "desc"), ("after", ""))})
 
     @api.get("/jobs")
-    def jobs_page(request: Request, status: str = "", name: str = "", owner: str = "",
-                  age: str = "", before: str = "", before_name: str = "") -> Response:
-        return page(request, "jobs.html",
-                    **listing(status, name, owner, age, before, before_name))
+    def jobs_page(request: Request) -> Response:
+        return page(request, "jobs.html", **_listing(jobs, view_of(request)))
 
     @api.get("/jobs-rows")
-    def jobs_rows(request: Request, status: str = "", name: str = "", owner: str = "",
-                  age: str = "", before: str = "", before_name: str = "") -> Response:
-        return page(request, "_job_rows.html",
-                    **listing(status, name, owner, age, before, before_name))
+    def jobs_rows(request: Request) -> Response:
+        return page(request, "_job_rows.html", **_listing(jobs, view_of(request)))
 
     @api.get("/jobs/{name:path}/status")
     def job_status(request: Request, name: str) -> Response:
@@ -185,6 +222,7 @@ def job_routes(jobs: JobStore, artifacts: ArtifactStore, runs: RunStore, cancel:
         files = [k.removeprefix(f"{name}/") for k in artifacts.list_keys(f"{name}/")]
         return page(request, "job.html", job=_row(record, utcnow()), record=record,
                     spec=spec_json(record.spec.to_json()), events=record.events,
+                    config=resolved_options(record.spec),
                     files=files[:_MAX_FILES], more_files=max(0, len(files) - _MAX_FILES),
                     lock=_text_or_none(artifacts, job_key(name, "env", "requirements.lock")),
                     may_cancel=principal.may_change(record.owner),

@@ -28,6 +28,7 @@ from shoal.core.ports import (
     Backend,
     ExecContext,
     JobQuery,
+    JobSort,
     LaunchInfo,
     MetadataStore,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "JobName",
     "JobQuery",
     "JobRecord",
+    "JobSort",
     "JobSpec",
     "JobStatus",
     "LaunchInfo",

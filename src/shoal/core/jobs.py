@@ -144,6 +144,10 @@ class JobSpec:
     batch: BatchRef | None = None
     #: The process that submitted the job (a record whose client died unlaunched ends at once).
     client: ClientRef | None = None
+    #: Where each resolved option's value came from (``RemoteOptions.sources``): option name
+    #: -> "explicit argument", "default", or the defaults file ("user file /path"); empty
+    #: on specs recorded before sources were (the console says "not recorded").
+    option_sources: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy cost ~0.5 ms a job on the hot path.
@@ -154,6 +158,7 @@ class JobSpec:
         data["inert_settings"] = dict(self.inert_settings)
         data["sys_path"] = list(self.sys_path)
         data["framework_notices"] = list(self.framework_notices)
+        data["option_sources"] = dict(self.option_sources)
         for name in _PART_FIELDS:
             part = getattr(self, name)
             data[name] = None if part is None else part.to_json()
@@ -172,6 +177,8 @@ class JobSpec:
             kwargs.get("keep_alive_period_in_seconds") or 0)
         for name in ("pre_execution_commands", "sys_path", "framework_notices"):
             kwargs[name] = tuple(kwargs.get(name) or ())
+        kwargs["option_sources"] = {str(k): str(v)
+                                    for k, v in (kwargs.get("option_sources") or {}).items()}
         for name, part in _PART_FIELDS.items():
             value = kwargs.get(name)
             kwargs[name] = None if not value else part.from_json(value)

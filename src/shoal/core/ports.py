@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from shoal.core.auth import ApiToken, Scope, User
@@ -29,7 +30,8 @@ from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec,
 
 __all__ = ["LOST_HOSTS", "RANK_HOST_LAUNCHER", "RANK_MASTER_ADDR", "ArtifactStore", "AuthStore",
            "Backend",
-           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "HandedTake", "InlineTaking", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobStore",
+           "BatchLauncher", "BatchTaker", "EndpointStore", "ExecContext", "HandedJob", "HandedTake",
+           "InlineTaking", "Handle", "JobEnds", "JobKeys", "JobQuery", "JobSort", "JobStore",
            "JobWaiter", "LaunchInfo", "LossReporter", "MetadataStore", "MetricStore", "OutcomeRecorder",
            "RunStore", "SaltingKeys",
            "SupervisorLoss", "WarmPoolHost", "WarmWorkerEndpoint"]
@@ -58,6 +60,16 @@ class ArtifactStore(Protocol):
         ...
 
 
+class JobSort(StrEnum):
+    """What a job list is ordered by (``JobQuery.sort``)."""
+
+    CREATED = "created"
+    NAME = "name"
+    STATUS = "status"
+    #: ``ended_at - started_at``; jobs that have not ended come last in either direction.
+    DURATION = "duration"
+
+
 @dataclass(frozen=True, slots=True)
 class JobQuery:
     statuses: Sequence[JobStatus] = ()
@@ -74,6 +86,15 @@ class JobQuery:
     #: (the last job of the previous page), so every page is an index range, never an offset.
     before: tuple[datetime, str] | None = None
     limit: int = 100
+    #: Only jobs carrying every one of these ``(key, value)`` tags (``JobSpec.tags``).
+    tags: Sequence[tuple[str, str]] = ()
+    #: The order, ties broken by creation time, then name, in the same direction (so that
+    #: a page's last job is an exact cursor); newest first by default.
+    sort: JobSort = JobSort.CREATED
+    descending: bool = True
+    #: Keyset paging in any order: only jobs after the job of this name (the last of the
+    #: previous page) in the query's order, by its values now. JobNotFound if it is gone.
+    after: str | None = None
 
 
 #: A backend's handle on a job's supervisor as stored on its record (``LaunchInfo.to_json``):

@@ -7,7 +7,7 @@ from typing import Any
 
 from shoal.errors import InvalidArgumentError
 
-__all__ = ["normalise_tags"]
+__all__ = ["normalise_tags", "parse_tag"]
 
 
 def normalise_tags(tags: Any) -> list[tuple[str, str]]:
@@ -26,3 +26,12 @@ def normalise_tags(tags: Any) -> list[tuple[str, str]]:
         else:
             raise InvalidArgumentError(f'tag {t!r} must be {{"Key": ..., "Value": ...}}')
     return out
+
+
+def parse_tag(text: str) -> tuple[str, str]:
+    """``key=value`` as a tag (the value may hold ``=``; split at the first); a filter's."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise InvalidArgumentError(f"tag filter {text!r} must be key=value (e.g. team=vision)",
+                                   tag=text)
+    return key, value

@@ -4,6 +4,7 @@ from them to the JobSpec that is stored and run."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from shoal.errors import InvalidArgumentError, ResourceUnavailableError
 if TYPE_CHECKING:
     from shoal._internal.settings import Settings
 
-__all__ = ["JobOptions", "check_gpus", "is_ray", "job_spec", "keep_alive_seconds",
-           "new_job_name", "positive"]
+__all__ = ["JobOptions", "check_gpus", "explicit_sources", "is_ray", "job_spec",
+           "keep_alive_seconds", "new_job_name", "positive"]
 
 #: SageMaker's range for ``keep_alive_period_in_seconds``.
 KEEP_ALIVE_MAX_SECONDS = 3600
@@ -103,6 +104,20 @@ class JobOptions:
         return Distribution(self.instance_count, per_host, torchrun)
 
 
+def explicit_sources(options: JobOptions) -> dict[str, str]:
+    """``JobSpec.option_sources`` of options that were passed as arguments and read from no
+    defaults file (``Estimator``'s): "explicit argument" where a knob is not its default."""
+    out = {"*": "default"}
+    for f in dataclasses.fields(JobOptions):
+        if f.name == "names":
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        if getattr(options, f.name) != default:
+            out[f.name] = "explicit argument"
+    return out
+
+
 def keep_alive_seconds(asked: float, settings: Settings, kind: JobKind = JobKind.FUNCTION,
                        *, backend: str | None = None) -> float:
     """The keep-alive a job gets: what it asked for; else, for a function job on Ray, the
@@ -128,10 +143,16 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
              conda_env: str | None = None, strict_versions: bool = False,
              checkpoint_s3_uri: str | None = None, workdir: Workdir | None = None,
              training: TrainingSpec | None = None, sagemaker_alias: bool = False,
-             framework_notices: Sequence[str] = (), backend: str | None = None) -> JobSpec:
+             framework_notices: Sequence[str] = (), backend: str | None = None,
+             option_sources: Mapping[str, str] | None = None) -> JobSpec:
     """The JobSpec of a job with *options*, run on *backend* (default: *settings*'), with the
-    parts only some jobs have."""
+    parts only some jobs have; *option_sources*: where each option came from, recorded."""
     itype, gpu_note = options.resources()
+    keep_alive = keep_alive_seconds(options.keep_alive_period_in_seconds, settings, kind,
+                                    backend=backend)
+    sources = dict(option_sources or {})
+    if sources and keep_alive != options.keep_alive_period_in_seconds:
+        sources["keep_alive_period_in_seconds"] = "setting ray_keep_alive_seconds (on Ray)"
     return JobSpec(
         name=JobName(name), kind=kind, function_name=function_name,
         instance_type=itype.name, cpus=float(itype.cpus),
@@ -143,14 +164,13 @@ def job_spec(options: JobOptions, settings: Settings, *, name: str, kind: JobKin
         max_runtime_in_seconds=options.max_runtime_in_seconds,
         max_retry_attempts=options.max_retry_attempts,
         stop_grace_period_in_seconds=options.stop_grace_period_in_seconds,
-        keep_alive_period_in_seconds=keep_alive_seconds(
-            options.keep_alive_period_in_seconds, settings, kind, backend=backend),
+        keep_alive_period_in_seconds=keep_alive,
         tags=options.tags, python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         inert_settings=dict(inert_settings or {}), sys_path=tuple(sys_path), run=run,
         conda_env=conda_env, gpu_fallback=gpu_note, strict_versions=strict_versions,
         distribution=distribution, checkpoint_s3_uri=checkpoint_s3_uri, workdir=workdir,
         training=training, sagemaker_alias=sagemaker_alias,
-        framework_notices=tuple(framework_notices))
+        framework_notices=tuple(framework_notices), option_sources=sources)
 
 
 def check_gpus(name: str, gpus: int, allow_cpu_fallback: bool) -> str | None:

@@ -166,6 +166,25 @@ class RemoteOptions:
                 "allow_cpu_fallback": self.allow_cpu_fallback,
                 "stop_grace_period_in_seconds": self.stop_grace_period_in_seconds}
 
+    def sources(self, defaults: DefaultsConfig) -> dict[str, str]:
+        """Where each option's value comes from: "explicit argument" (passed, and not its
+        default), the defaults file that set it ("user file /path"), else the default. Only
+        the options not at their default are listed, with ``"*": "default"`` for the rest
+        (a spec stays small, and an empty mapping still means "not recorded")."""
+        out = {"*": "default"}
+        for f in _FIELDS:
+            value = getattr(self, f.name)
+            config_key = _CONFIG_KEYS.get(f.name)
+            configured = defaults.remote_function.get(config_key) if config_key else None
+            explicit = value is not UNSET and (f.default is UNSET or value != f.default)
+            if explicit and f.name == "tags" and configured is not None:  # both are merged
+                out[f.name] = f"explicit argument, then {configured.source}"
+            elif explicit:
+                out[f.name] = "explicit argument"
+            elif configured is not None:
+                out[f.name] = configured.source
+        return out
+
     def job_options(self, defaults: DefaultsConfig) -> JobOptions:
         """These options with the defaults config applied."""
         return JobOptions(instance_type=self.resolve("instance_type", defaults) or "local",
@@ -250,7 +269,8 @@ class RemoteOptions:
             run=None if run is None else RunRef.from_json(run),
             conda_env=self._conda_env(defaults),
             # a conda file's python= must then be the client's
-            strict_versions=session.settings.strict_versions, backend=session.backend_name)
+            strict_versions=session.settings.strict_versions, backend=session.backend_name,
+            option_sources=self.sources(defaults))
 
     def _conda_env(self, defaults: DefaultsConfig) -> str | None:
         conda_env = self.resolve("job_conda_env", defaults)
@@ -324,4 +344,6 @@ def _import_path() -> list[str]:
 
 
 _NAMES = frozenset(f.name for f in dataclasses.fields(RemoteOptions))
+#: The options whose source a job records (the session is where it runs, not an option).
+_FIELDS = tuple(f for f in dataclasses.fields(RemoteOptions) if f.name != "sagemaker_session")
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
 from shoal.core.jobs import JobSpec, JobStatus
-from shoal.core.ports import ArtifactStore, JobQuery, JobStore
+from shoal.core.ports import ArtifactStore, JobQuery, JobSort, JobStore
+from shoal.core.tags import parse_tag
 from shoal.errors import InvalidArgumentError, PermissionDeniedError
 from shoal.jobs.batchclient import calls_key
 from shoal.server._auth import job_token_of, require_jobs
@@ -64,7 +65,10 @@ def job_routes(store: JobStore,  # noqa: C901 - one small closure per route
                   name: Annotated[list[str] | None, Query()] = None,
                   owner: str | None = None, before: datetime | None = None,
                   before_name: str | None = None,
-                  limit: Annotated[int, Query(ge=0)] = 100) -> list[JobOut]:
+                  limit: Annotated[int, Query(ge=0)] = 100,
+                  tag: Annotated[list[str] | None, Query()] = None,
+                  sort: JobSort = JobSort.CREATED, order: Literal["asc", "desc"] = "desc",
+                  after: str | None = None) -> list[JobOut]:
         if (before is None) != (before_name is None):
             raise InvalidArgumentError("GET /jobs pages with both before= (the last job's "
                                        "created_at) and before_name= (its name), or neither")
@@ -72,7 +76,9 @@ def job_routes(store: JobStore,  # noqa: C901 - one small closure per route
                          name_contains=name_contains, created_after=created_after,
                          ended_before=ended_before, names=tuple(name or ()), owner=owner,
                          before=None if before is None or before_name is None
-                         else (before, before_name), limit=limit)
+                         else (before, before_name), limit=limit,
+                         tags=tuple(parse_tag(t) for t in tag or ()), sort=sort,
+                         descending=order == "desc", after=after)
         return [JobOut.of(r) for r in store.list_jobs(query)]
 
     @api.get("/unfinished-jobs")

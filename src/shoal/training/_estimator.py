@@ -23,7 +23,7 @@ from shoal.core.jobs import JobKind, JobSpec, JobStatus, RunRef, TrainingSpec
 from shoal.core.tags import normalise_tags
 from shoal.errors import InvalidArgumentError
 from shoal.image_uris import parse_image_uri
-from shoal.jobs.options import JobOptions, job_spec, new_job_name
+from shoal.jobs.options import JobOptions, explicit_sources, job_spec, new_job_name
 from shoal.training._checks import check_code, check_hyperparameters, check_metrics, positive
 from shoal.training._inputs import (
     UploadProgress,
@@ -451,7 +451,8 @@ class Estimator:
             sagemaker_alias=self._framework is not None,
             strict_versions=bool(getattr(self, "strict_versions",
                                          session.settings.strict_versions)),
-            training=training, framework_notices=notices)
+            training=training, framework_notices=notices,
+            option_sources=explicit_sources(self.job_options))
 
     def _framework_module(self) -> str:
         return ""

@@ -45,6 +45,7 @@ from shoal.storage.sql._auth import AuthTables
 from shoal.storage.sql._dbapi import Dbapi
 from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
+from shoal.storage.sql._jobquery import cursor_gone, job_query_sql, spec_text
 from shoal.storage.sql._payloads import PayloadTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
@@ -194,7 +195,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
     def create_job(self, spec: JobSpec, *, key_salt: str, backend: str,
                    owner: str = "local") -> JobRecord:
         now = _ts(self._clock.now())
-        spec_json = json.dumps(spec.to_json(), sort_keys=True)
+        spec_json = spec_text(spec.to_json())
         with self._db.tx(write=True) as cur:
             try:
                 cur.execute(self._db.sql(_INSERT_JOB), (
@@ -223,7 +224,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
             return []
         now = _ts(self._clock.now())
         pending = JobStatus.PENDING.value
-        rows = [(spec.name, pending, json.dumps(spec.to_json(), sort_keys=True), salt,
+        rows = [(spec.name, pending, spec_text(spec.to_json()), salt,
                  backend, now, now, owner)
                 for spec, salt in zip(specs, key_salts, strict=True)]
         try:
@@ -268,40 +269,14 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         return str(row[0] or "")
 
     def list_jobs(self, query: JobQuery) -> list[JobRecord]:
-        where: list[str] = []
-        params: list[Any] = []
-        if query.names:
-            where.append(f"name IN ({_marks(query.names)})")
-            params += list(query.names)
-        if query.statuses:
-            where.append(f"status IN ({', '.join('?' for _ in query.statuses)})")
-            params += [s.value for s in query.statuses]
-        if query.name_prefix:
-            where.append("name LIKE ? ESCAPE '!'")
-            params.append(_like_escape(query.name_prefix) + "%")
-        if query.name_contains:
-            where.append("name LIKE ? ESCAPE '!'")
-            params.append("%" + _like_escape(query.name_contains) + "%")
-        if query.created_after is not None:
-            where.append("created_at >= ?")
-            params.append(_ts(query.created_after))
-        if query.ended_before is not None:
-            where.append("ended_at < ?")
-            params.append(_ts(query.ended_before))
-        if query.owner is not None:
-            where.append("owner = ?")
-            params.append(query.owner)
-        if query.before is not None:
-            # The first term lets the created_at index bound the scan.
-            at = _ts(query.before[0])
-            where.append("created_at <= ? AND (created_at < ? OR name < ?)")
-            params += [at, at, query.before[1]]
-        sql = _SELECT_JOB + (f" WHERE {' AND '.join(where)}" if where else "")
-        sql += " ORDER BY created_at DESC, name DESC LIMIT ?"
-        params.append(int(query.limit))
+        where, params = job_query_sql(query, self._db.postgres)
         with self._db.tx(write=False) as cur:
-            cur.execute(self._db.sql(sql), tuple(params))
+            cur.execute(self._db.sql(_SELECT_JOB + where), tuple(params))
             rows = cur.fetchall()
+            if not rows and query.after is not None:
+                cur.execute(self._db.sql("SELECT 1 FROM jobs WHERE name = ?"), (query.after,))
+                if cur.fetchone() is None:
+                    raise JobNotFound(cursor_gone(query), job=query.after)
         return [_record(r, ()) for r in rows]
 
     def iter_unfinished(self) -> Iterator[JobRecord]:
@@ -490,10 +465,6 @@ def _chunks(names: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
 
 def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
-
-
-def _like_escape(text: str) -> str:
-    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
 
 
 def _record(row: Any, events: Any) -> JobRecord:
