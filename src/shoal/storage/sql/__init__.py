@@ -161,11 +161,14 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
     def open(cls, url: str, *, clock: Clock | None = None, create: bool = False) -> SqlMetadataStore:
         """Connect and check the schema. *create* builds an empty database's schema."""
         revision = _current_revision(url)
-        if revision is None and create:
+        if create and revision != SCHEMA_REVISION:
+            # Another process may be creating the schema right now, one migration after the
+            # other: its revisions on the way are not an old database. Wait for it, then read.
             with _migration_lock(url):
-                if _current_revision(url) is None:
-                    upgrade_schema(url)
                 revision = _current_revision(url)
+                if revision is None:
+                    upgrade_schema(url)
+                    revision = _current_revision(url)
         _diagnose.refuse_newer(revision, redact_url(url), _MIGRATIONS, SCHEMA_REVISION)
         if revision != SCHEMA_REVISION:
             shown = redact_url(url)
