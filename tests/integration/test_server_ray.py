@@ -308,7 +308,9 @@ def test_an_endpoint_through_a_ray_server_runs_on_ray_serve(ray_server, ray_clus
         predictor.delete_endpoint()
     assert seen["MY_OWN_TOKEN"] == "the deployer's"
     for variable, value in SERVER_CREDENTIALS.items():
-        assert variable not in seen and value not in seen.values(), variable
+        # The server's values never; a name the node's own environment sets (the suite's
+        # cluster may hold the S3 tests' AWS_* settings) keeps the node's value.
+        assert seen.get(variable) != value and value not in seen.values(), variable
     # No setting of the server's (its stores, home, URL, a token): the node's own stay.
     assert not {"SHOAL_METADATA_URL", "SHOAL_ARTIFACT_URL", "SHOAL_SERVER_URL",
                 "SHOAL_TOKEN"} & seen.keys()

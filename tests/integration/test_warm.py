@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import sys
@@ -133,13 +134,11 @@ def test_a_function_from_a_local_module_keeps_the_warm_executor(session, tmp_pat
             out = list(e.map(mod.probe, range(6), timeout=120, chunksize=3))
     assert [x for x, *_ in out] == list(range(len(out)))
     assert all(seen == {"json.tool": False, "bound": False} for *_, seen in out), out
-    # Each warm worker (the executor's parent) ran its calls on one executor process. (A
-    # second call may find the first worker still finishing and start another one.)
-    executors: dict[int, set[int]] = {}
-    for _, worker, executor, _ in out:
-        executors.setdefault(worker, set()).add(executor)
-    assert all(len(pids) == 1 for pids in executors.values()), executors
-    assert len(executors) < len(out), f"a worker per call: {executors}"
+    # Calls ran one after another on the same executor process: with the old bug every call
+    # got a new one. (A call may find a worker still finishing and start another worker, on
+    # a loaded machine, whose first call starts an executor of its own: so not *every* call.)
+    calls_per_executor = collections.Counter(executor for _, _, executor, _ in out)
+    assert max(calls_per_executor.values()) >= 2, f"an executor per call: {out}"
     assert "executor discarded" not in _supervisor_logs(session)
 
 
@@ -217,9 +216,13 @@ def test_cancel_on_a_warm_worker_stops_only_that_job(session, tmp_path):
         future.cancel()
         wait_until(lambda: session.jobs.get(future.job_name).is_terminal, timeout=30)
         assert session.jobs.get(future.job_name).status == JobStatus.STOPPED
+        # Only the job stopped: the warm worker that ran it is still there, ready for more
+        # (the next call may still start another worker if it comes while this one cleans up
+        # after the stop, on a loaded machine).
+        worker = session.jobs.get(future.job_name).handle
+        assert session.backend.is_alive(worker) is True
         assert e.submit(pow, 3, 2).result(timeout=60) == 9
-    pids = {_worker_pid(session, r.name) for r in session.metadata.list_jobs(JobQuery())}
-    assert len(pids) == 1
+        assert session.backend.is_alive(worker) is True
 
 
 def test_idle_worker_retires_after_its_keep_alive_period(session):
