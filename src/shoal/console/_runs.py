@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
+from shoal.core.downsample import on_shared_x
 from shoal.core.experiments import RunRecord, RunStatus
 from shoal.core.ports import ArtifactStore, RunStore
 from shoal.errors import ArtifactNotFound, InvalidArgumentError, RunNotFound
@@ -150,14 +151,23 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                        run: Annotated[list[str] | None, Query()] = None,
                        width: Annotated[int, Query(ge=1)] = 800,
                        x: XAxis = "step") -> Response:
-        """*metric* of each run, thinned to *width* like ``/series``, named by its run; x the
-        steps (where every point has one) or, with ``x=time``, the times."""
+        """*metric* of each run, thinned to *width* like ``/series``, named by its run, on
+        one shared x (``on_shared_x``): the steps (where every run's points have one) or,
+        with ``x=time``, the times."""
         shown, _ = compared(experiment, run or [])
         width = min(width, _MAX_WIDTH)
         found = _in_parallel(lambda r: _thinned(runs, r.metrics_owner, metric, width,
                                                 by_time=x == "time"), shown)
-        return JSONResponse({"experiment": experiment, "metric": metric, "series": [
-            {**series, "name": r.run_name} for r, series in zip(shown, found, strict=True)]})
+        by_step = all(s["x_is_step"] for s in found)
+        if not by_step:  # some run has points without a step: all by time
+            found = [s if not s["x_is_step"] else
+                     _thinned(runs, r.metrics_owner, metric, width, by_time=True)
+                     for r, s in zip(shown, found, strict=True)]
+        xs, ys = on_shared_x([(s["x"], s["y"]) for s in found], width, integral=by_step)
+        return JSONResponse({"experiment": experiment, "metric": metric, "x_is_step": by_step,
+                             "x": xs, "series": [
+                                 {"name": r.run_name, "points": s["points"], "y": y}
+                                 for r, s, y in zip(shown, found, ys, strict=True)]})
 
     @api.get("/experiments/{experiment}/runs/{run}")
     def run_page(request: Request, experiment: str, run: str) -> Response:
@@ -224,7 +234,7 @@ def _thinned(runs: RunStore, owner: str, metric: str, width: int, *,
     by_step = found.x_is_step and not by_time
     points = sorted(found.points, key=lambda p: p.timestamp) if by_time and found.x_is_step \
         else found.points  # thinned in step order: time on x must still ascend
-    xs = [float(p.step) if by_step and p.step is not None else p.timestamp for p in points]
+    xs = [p.step if by_step and p.step is not None else p.timestamp for p in points]
     ys = [p.value for p in points]
     return {"name": metric, "x_is_step": by_step, "points": found.count, "x": xs,
             "y": [None if math.isnan(y) or math.isinf(y) else y for y in ys]}
