@@ -203,3 +203,9 @@ def test_runs_filter_and_sort_by_a_parameter_with_missing_ones_last() -> None:
         select_runs(runs, status="done")
     with pytest.raises(InvalidArgumentError, match="not 'loss'"):
         select_runs(runs, sort="loss")
+    last = {"a": 0.5, "b": -2.0, "d": 0.5}  # c and e never logged it
+    assert names(select_runs(runs, sort="metric:loss", last=last)) == ["a", "d", "b", "c", "e"]
+    assert names(select_runs(runs, sort="metric:loss", descending=False, last=last)) == [
+        "b", "a", "d", "c", "e"]
+    with pytest.raises(InvalidArgumentError, match="needs the runs' last values"):
+        select_runs(runs, sort="metric:loss")
