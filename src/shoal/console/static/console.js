@@ -82,6 +82,7 @@
       };
       if (first && first.x_label) opts.axes = [{label: first.x_label}, {label: first.y_label}];
       figure.chart = new uPlot(opts, data, figure);
+      figure.dataset.drawnMs = String(Math.round(performance.now()));  // for bench/console.py
       figure.dataset.drawn = String(body.series.length);
       // the most points any one series sent
       figure.dataset.points = String(Math.max(0, ...body.series.map(
