@@ -104,9 +104,9 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
         every = runs.list_runs(experiment)
         by_metric = sort.removeprefix("metric:") if sort.startswith("metric:") else None
         # Sorting by a metric reads that metric's last value of every run, in one read.
-        last = runs.last_metric_of_runs(experiment, by_metric) if by_metric else None
+        sort_values = runs.last_metric_of_runs(experiment, by_metric) if by_metric else None
         found = select_runs(every, name=name, status=status, sort=sort,
-                            descending=order != "asc", last=last)
+                            descending=order != "asc", last=sort_values)
         pages = max(1, -(-len(found) // RUNS_PAGE))
         shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
         # Last values are read for the runs shown only, in one read for the page.
