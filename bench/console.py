@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import random
 import shutil
@@ -177,11 +178,14 @@ def _painted(browser: Any, url: str, ready: Callable[[Any], None],
         page.goto(url, wait_until="commit")
         try:
             ready(page)
-        except Exception:
+        except Exception as e:
+            # Recorded as never shown (inf), so the other pages are still measured: loading
+            # the full size takes longer than any measurement.
             shot = Path(scratch()) / "console-bench-failed.png"
             page.screenshot(path=str(shot))
-            print(f"{url}: not shown; screenshot {shot}", file=sys.stderr)
-            raise
+            print(f"{url[:120]}: not shown within {TIMEOUT_MS / 1000:.0f} s "
+                  f"({type(e).__name__}); screenshot {shot}", file=sys.stderr, flush=True)
+            return math.inf, None
         noticed = float(page.evaluate("performance.now()")) / 1000
         drawn = page.get_attribute(drawn_at, "data-drawn-ms") if drawn_at else None
         return noticed, None if drawn is None else float(drawn) / 1000
@@ -236,6 +240,7 @@ def _measure(chromium: str, pages: dict[str, tuple[str, Callable[[Any], None], s
                 order = list(pages) if r % 2 == 0 else list(pages)[::-1]
                 for name in order:
                     noticed, at = _painted(browser, *pages[name])
+                    print(f"  round {r + 1}: {name} {noticed:.2f} s", flush=True)
                     times[name].append(noticed)
                     if at is not None:
                         drawn[name].append(at)
