@@ -24,6 +24,7 @@ from shoal.core import (
     job_owner,
     run_owner,
 )
+from shoal.core.downsample import thin_rows
 from shoal.core.ports import RunStore
 from shoal.errors import (
     AlreadyExistsError,
@@ -354,7 +355,7 @@ def test_a_0001_database_upgrades_and_keeps_its_jobs(tmp_path: Path) -> None:
         store.close()
 
 
-# --- thinned reads (metric_buckets, revision 0008) ---------------------------------------
+# --- thinned reads (metric_buckets, revisions 0008 and 0009) -----------------------------
 
 def _spiky(n: int, spike: int, dip: int) -> list[float]:
     return [100.0 if i == spike else -100.0 if i == dip else (i % 7) / 7 for i in range(n)]
@@ -416,19 +417,60 @@ def test_a_deleted_run_takes_its_thinned_series_with_it(ctx: Ctx) -> None:
     assert got.count == 2 and [p.value for p in got.points] == [7.0, 8.0]
 
 
-def test_points_stored_before_0008_are_thinned_after_the_upgrade_on_sqlite(
+def _reference(points: list[MetricPoint], size: int, buckets: int) -> list[MetricPoint]:
+    """What a read of level *size* must give: each block of *size* points (by position) as
+    its first lowest and first highest point, thinned to *buckets* (``core.downsample``)."""
+    rows: list[tuple[float, float, int | None]] = []
+    for start in range(0, len(points), size):
+        block = points[start:start + size]
+        lo = min(block, key=lambda p: p.value)  # min/max return the first of equals
+        hi = max(block, key=lambda p: p.value)
+        rows.append((lo.value, lo.timestamp, lo.step))
+        if hi is not lo:
+            rows.append((hi.value, hi.timestamp, hi.step))
+    return list(thin_rows(points[0].name, rows, buckets, count=len(points),
+                          x_is_step=True).points)
+
+
+def test_metric_buckets_reads_the_coarsest_level_with_a_block_per_column(ctx: Ctx) -> None:
+    owner = job_owner(f"{ctx.prefix}-job")
+    n = 20_000
+    values = _spiky(n, spike=12_345, dip=777)
+    stored = [MetricPoint("loss", v, 1000.0 + i, i) for i, v in enumerate(values)]
+    other = [MetricPoint("acc", -v, 1000.0 + i, i) for i, v in enumerate(values[:3000])]
+    # Batches that end inside blocks of every level, and one that holds two series.
+    cuts = [0, 37, 777, 778, 4100, 4101, 12_000, 12_345, 12_346, n]
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        ctx.store.add_metrics(owner, stored[lo:hi] + (other if lo == 4100 else []))
+    # The coarsest level with a block per pixel column is read: blocks of 4,096 points for
+    # 4 columns (4 blocks of 4,096 < 20,000 < 4 x 16,384) ... every point for 2,000.
+    for buckets, size in ((4, 4096), (10, 1024), (50, 256), (300, 64), (1000, 16),
+                          (2000, 1)):
+        got = ctx.store.metric_buckets(owner, "loss", buckets)
+        assert (got.count, got.x_is_step) == (n, True)
+        assert list(got.points) == _reference(stored, size, buckets), buckets
+        assert stored[12_345] in got.points and stored[777] in got.points, buckets
+        assert buckets <= len(got.points) <= 2 * buckets
+    acc = ctx.store.metric_buckets(owner, "acc", 10)
+    assert list(acc.points) == _reference(other, 256, 10)
+
+
+def test_points_stored_before_0008_are_thinned_after_the_upgrades_on_sqlite(
         tmp_path: Path) -> None:
-    _check_thinned_after_0008(f"sqlite:///{tmp_path / 'old.db'}")
+    _check_thinned_after_the_upgrades(f"sqlite:///{tmp_path / 'old.db'}")
 
 
 @pytest.mark.postgres
-def test_points_stored_before_0008_are_thinned_after_the_upgrade_on_postgres(
+def test_points_stored_before_0008_are_thinned_after_the_upgrades_on_postgres(
         postgres_server_url: str) -> None:
     with fresh_postgres_database(postgres_server_url) as url:
-        _check_thinned_after_0008(url)
+        _check_thinned_after_the_upgrades(url)
 
 
-def _check_thinned_after_0008(url: str) -> None:
+def _check_thinned_after_the_upgrades(url: str) -> None:
+    """Points stored at revision 0007 (no blocks, no spans, no last points): 0008 fills the
+    blocks, 0009 the spans (from the blocks) and the last points; reads then match those of
+    the same points written after the upgrade, at every level."""
     from alembic import command
     from alembic.config import Config
 
@@ -443,22 +485,30 @@ def _check_thinned_after_0008(url: str) -> None:
             conn.execute(sa.text("INSERT INTO metrics (owner, name, value, step, timestamp) "
                                  "VALUES ('job:old', 'loss', :v, :s, :t)"),
                          [{"v": v, "s": i, "t": 10.0 + i} for i, v in enumerate(values)])
+            # Two points at the same time: the one added last is the last.
+            conn.execute(sa.text("INSERT INTO metrics (owner, name, value, step, timestamp) "
+                                 "VALUES ('job:old', 'acc', :v, 1, 5.0)"), [{"v": 0.5}, {"v": 0.7}])
             conn.commit()
     finally:
         sa_engine.dispose()
     assert upgrade_schema(url) == SCHEMA_REVISION
     store = SqlMetadataStore.open(url)
     try:
-        old = store.metric_buckets("job:old", "loss", 10)
-        # The same points written after the upgrade thin to the same chart.
-        store.add_metrics("job:new", [MetricPoint("loss", v, 10.0 + i, i)
-                                      for i, v in enumerate(values)])
-        new = store.metric_buckets("job:new", "loss", 10)
-        assert (old.count, old.x_is_step) == (3000, True)
-        assert old.points == new.points
-        assert {p.step for p in old.points} >= {2001, 999}
+        # The same points written after the upgrade, in batches that split blocks.
+        points = [MetricPoint("loss", v, 10.0 + i, i) for i, v in enumerate(values)]
+        for lo, hi in ((0, 100), (100, 1111), (1111, 3000)):
+            store.add_metrics("job:new", points[lo:hi])
+        for buckets in (1, 10, 40, 150, 500):  # levels 1024, 256, 64, 16 and the points
+            old = store.metric_buckets("job:old", "loss", buckets)
+            new = store.metric_buckets("job:new", "loss", buckets)
+            assert (old.count, old.x_is_step) == (3000, True)
+            assert old.points == new.points, buckets
+            assert {p.step for p in old.points} >= {2001, 999}
+        assert store.last_metrics(["job:old", "job:new"]) == {
+            "job:old": {"acc": 0.7, "loss": values[-1]}, "job:new": {"loss": values[-1]}}
         store.add_metrics("job:old", [MetricPoint("loss", 500.0, 5000.0, 3000)])
         assert store.metric_buckets("job:old", "loss", 10).count == 3001
+        assert store.last_metrics(["job:old"])["job:old"]["loss"] == 500.0
     finally:
         store.close()
 
@@ -476,3 +526,38 @@ def test_last_metrics_of_many_owners_in_one_read(ctx: Ctx) -> None:
         owners[0]: {"acc": 0.7, "loss": 0.2}, owners[1]: {"loss": 3.0}}
     assert ctx.store.last_metrics([owners[2]]) == {}
     assert ctx.store.last_metrics([]) == {}
+
+
+def test_the_last_value_is_the_newest_point_whatever_order_batches_come_in(ctx: Ctx) -> None:
+    owner = run_owner(ctx.exp(), "r")
+    ctx.store.add_metrics(owner, [MetricPoint("m", 1.0, 10.0, 5)])
+    ctx.store.add_metrics(owner, [MetricPoint("m", 2.0, 9.0, 9)])  # older: not the last
+    assert ctx.store.last_metrics([owner]) == {owner: {"m": 1.0}}
+    ctx.store.add_metrics(owner, [MetricPoint("m", 3.0, 10.0, None)])  # no step sorts first
+    assert ctx.store.last_metrics([owner]) == {owner: {"m": 1.0}}
+    ctx.store.add_metrics(owner, [MetricPoint("m", 4.0, 10.0, 5)])  # a tie: the later write
+    assert ctx.store.last_metrics([owner]) == {owner: {"m": 4.0}}
+    ctx.store.add_metrics(owner, [MetricPoint("m", 6.0, 11.0, 0), MetricPoint("m", 5.0, 11.0, 0),
+                                  MetricPoint("m", 7.0, 10.5, 99)])
+    assert ctx.store.last_metrics([owner]) == {owner: {"m": 5.0}}
+    summary, = ctx.store.metric_summaries(owner)
+    assert (summary.last, summary.count) == (5.0, 7)
+    assert [p.value for p in ctx.store.get_metrics(owner, "m")][-1] == 5.0
+
+
+def test_last_metric_of_runs_reads_one_metric_of_every_run(ctx: Ctx) -> None:
+    exp, near = ctx.exp(), ctx.exp("e2")  # e2 starts like e: its runs must not count
+    for run in ("a", "b", "c"):
+        ctx.store.create_run(exp, run)
+    ctx.store.create_run(near, "a")
+    ctx.store.add_metrics(run_owner(exp, "a"), [MetricPoint("loss", 0.5, 1.0, 0),
+                                                MetricPoint("loss", 0.25, 2.0, 1)])
+    ctx.store.add_metrics(run_owner(exp, "b"), [MetricPoint("loss", 0.75, 1.0, 0),
+                                                MetricPoint("acc", 0.1, 1.0, 0)])
+    ctx.store.add_metrics(run_owner(exp, "c"), [MetricPoint("acc", 0.2, 1.0, 0)])
+    ctx.store.add_metrics(run_owner(near, "a"), [MetricPoint("loss", 9.0, 1.0, 0)])
+    assert ctx.store.last_metric_of_runs(exp, "loss") == {"a": 0.25, "b": 0.75}
+    assert ctx.store.last_metric_of_runs(exp, "acc") == {"b": 0.1, "c": 0.2}
+    assert ctx.store.last_metric_of_runs(exp, "missing") == {}
+    with pytest.raises(ExperimentNotFound, match="no-such"):
+        ctx.store.last_metric_of_runs(f"{ctx.prefix}-no-such", "loss")

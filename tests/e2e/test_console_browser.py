@@ -414,6 +414,36 @@ def test_filters_change_the_rows_and_pages_follow(ui, session, tab):
     assert tab.page.locator(runs).all_inner_texts() == ["r50"]
     tab.clean()
 
+    # By a last metric value: score (i * 13) % 51 of all runs but r01 and r26, after an
+    # earlier point of the opposite order (the last one counts, not the first).
+    for i in range(51):
+        if i % 25 != 1:
+            score = float((i * 13) % 51)
+            session.runs.add_metrics(run_owner("many", f"r{i:02d}"), [
+                MetricPoint("score", 100.0 - score, 1_700_000_000.0, 0),
+                MetricPoint("score", score, 1_700_000_100.0, 1)])
+    tab.goto(f"{ui}/experiments/many")
+    tab.page.select_option("#run-filters select[name=sort]", "metric:score")
+    tab.page.select_option("#run-filters select[name=order]", "asc")
+    tab.page.click("#run-filters button")
+    tab.page.wait_for_url("**sort=metric%3Ascore**")
+    ranked = tab.page.locator(runs).all_inner_texts()
+    assert ranked[:3] == ["r00", "r04", "r08"]  # score 0, 1, 2
+    assert len(ranked) == 50 and ranked[-1] == "r01"  # 49 with a score, then the first without
+    tab.page.click("#next-page")
+    tab.page.wait_for_url("**page=2")
+    assert tab.page.locator(runs).all_inner_texts() == ["r26"]  # the other one, still last
+    tab.goto(f"{ui}/experiments/many")
+    tab.page.click("#runs th a[data-sort='metric:score']")  # the column's header: descending
+    tab.page.wait_for_url("**sort=metric%3Ascore**")
+    ranked = tab.page.locator(runs).all_inner_texts()
+    assert ranked[:2] == ["r47", "r43"]  # score 50, 49
+    assert ranked[-1] == "r01" and "r26" not in ranked  # without a score: last, either way
+    tab.page.click("#runs th a[data-sort='metric:score']")  # again: ascending
+    tab.page.wait_for_url("**order=asc**")
+    assert tab.page.locator(runs).first.inner_text() == "r00"
+    tab.clean()
+
 
 def test_jobs_sort_by_each_column_both_ways_page_on_and_filter_by_tag(ui, session, tab):
     # a second store on the console's database, with a clock of the test's: real

@@ -16,7 +16,7 @@ from shoal.console._render import masked, seconds
 from shoal.console._runs import select_runs
 from shoal.console._session import Sessions
 from shoal.core.auth import Scope
-from shoal.core.downsample import minmax_buckets
+from shoal.core.downsample import minmax_buckets, on_shared_x
 from shoal.core.experiments import RunRecord, RunStatus
 from shoal.errors import AuthenticationError, InvalidArgumentError
 from shoal.server.admin import create_token
@@ -51,6 +51,34 @@ def test_a_bucket_of_only_nan_keeps_one_point_as_a_gap() -> None:
     out_x, out_y = minmax_buckets(xs, ys, 2)
     assert out_x[0] == 0.0 and math.isnan(out_y[0])
     assert (out_x[1:], out_y[1:]) == ([5.0, 9.0], [1.0, 5.0])
+
+
+def test_few_points_of_several_series_share_their_exact_x_values() -> None:
+    x, ys = on_shared_x([([0, 2, 3], [1.0, 2.0, 3.0]), ([1, 3], [5.0, None])], 10)
+    assert x == [0, 1, 2, 3]
+    assert ys == [[1.0, None, 2.0, 3.0], [None, 5.0, None, None]]
+
+
+def test_many_series_share_two_slots_a_column_and_keep_their_spikes() -> None:
+    width, n = 100, 10_000
+    columns = []
+    for k in range(3):  # each series starts later than the one before: x values all differ
+        xs = [k * 7 + 3 * i for i in range(n)]
+        ys: list[float | None] = [math.sin(i / 300 + k) for i in range(n)]
+        ys[1234 * (k + 1)] = 50.0 + k  # a spike, and a dip, each
+        ys[999 * (k + 2)] = -50.0 - k
+        columns.append((xs, ys))
+    x, out = on_shared_x(columns, width, integral=True)
+    assert len(x) == 2 * width and x == sorted(x) and len(set(x)) == len(x)
+    assert all(isinstance(v, float) and v == int(v) for v in x)  # whole steps
+    column = (x[-1] - x[0]) / width
+    for k, ((xs, ys), got) in enumerate(zip(columns, out, strict=True)):
+        assert len(got) == 2 * width
+        kept = [(slot, y) for slot, y in zip(x, got, strict=True) if y is not None]
+        assert {50.0 + k, -50.0 - k} <= {y for _, y in kept}
+        for slot, y in kept:  # a real value of the series, drawn within its column
+            near = [xi for xi, yi in zip(xs, ys, strict=True) if yi == y]
+            assert any(abs(slot - xi) <= column for xi in near)
 
 
 def test_thinning_refuses_mismatched_or_empty_widths() -> None:
@@ -175,6 +203,12 @@ def test_runs_filter_and_sort_by_a_parameter_with_missing_ones_last() -> None:
         select_runs(runs, status="done")
     with pytest.raises(InvalidArgumentError, match="not 'loss'"):
         select_runs(runs, sort="loss")
+    last = {"a": 0.5, "b": -2.0, "d": 0.5}  # c and e never logged it
+    assert names(select_runs(runs, sort="metric:loss", last=last)) == ["a", "d", "b", "c", "e"]
+    assert names(select_runs(runs, sort="metric:loss", descending=False, last=last)) == [
+        "b", "a", "d", "c", "e"]
+    with pytest.raises(InvalidArgumentError, match="needs the runs' last values"):
+        select_runs(runs, sort="metric:loss")
 
 
 def test_resolved_options_show_values_as_run_their_sources_and_mask_secrets():

@@ -117,3 +117,26 @@ def test_run_status_check_lists_exactly_the_run_statuses(monkeypatch: pytest.Mon
     assert len(migrated) == len(declared) == 1
     assert _quoted(str(migrated[0].sqltext)) == _quoted(str(declared[0].sqltext)) == {
         s.value for s in RunStatus}
+
+
+def test_a_chart_reads_the_coarsest_level_with_a_block_per_pixel_column() -> None:
+    from shoal.storage.sql._metrics import read_level
+    from shoal.storage.sql.schema import METRIC_BLOCK, METRIC_SPANS
+
+    sizes = (1, METRIC_BLOCK, *METRIC_SPANS)
+    for count in (0, 1, 999, 16_000, 87_168, 100_000, 348_160, 10_000_000):
+        for buckets in (1, 200, 1362, 4096):
+            size = read_level(count, buckets)
+            assert size == 1 or count // size >= buckets  # >= 2 points a pixel column
+            coarser = [s for s in sizes if s > size]
+            assert not coarser or count < coarser[0] * buckets, (count, buckets)
+
+
+def test_coarser_blocks_keep_the_first_lowest_and_highest_of_theirs() -> None:
+    from shoal.storage.sql._metrics import _coarser
+
+    blocks = [("o", "m", b, lo, b, float(b), hi, b, float(b))
+              for b, lo, hi in ((5, 1.0, 2.0), (6, 0.5, 2.0), (7, 0.5, 3.0), (8, 9.0, 9.0))]
+    # 5, 6 and 7 make block 1: the low of 6 (7's equal low comes later), the high of 7.
+    assert _coarser(blocks, 4) == [("o", "m", 1, 0.5, 6, 6.0, 3.0, 7, 7.0),
+                                   ("o", "m", 2, 9.0, 8, 8.0, 9.0, 8, 8.0)]

@@ -181,6 +181,11 @@ class HttpRunStore:
                         for o, m in found.items()})
         return out
 
+    def last_metric_of_runs(self, experiment_name: str, name: str) -> dict[str, float]:
+        found = self._http.call("GET", f"/experiments/{_q(experiment_name)}/last-metric",
+                                params={"name": name})
+        return {str(run): float(value) for run, value in found.items()}
+
     def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
         found = self._http.call("GET", "/metrics/buckets",
                                 params={"owner": owner, "name": name, "buckets": str(buckets)})

@@ -5,7 +5,7 @@ thinned by the store to the chart's width (``RunStore.metric_buckets``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlencode
@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from shoal.console._graphs import CURVES, GRAPHS, curve_series, load_graph, matrix_rows
 from shoal.console._render import ago, page
 from shoal.console._session import utcnow
+from shoal.core.downsample import on_shared_x
 from shoal.core.experiments import RunRecord, RunStatus
 from shoal.core.ports import ArtifactStore, RunStore
 from shoal.errors import ArtifactNotFound, InvalidArgumentError, RunNotFound
@@ -43,9 +44,12 @@ def _param_key(value: Any) -> tuple[int, float, str]:
 
 
 def select_runs(found: Sequence[RunRecord], *, name: str = "", status: str = "",
-                sort: str = "created", descending: bool = True) -> list[RunRecord]:
+                sort: str = "created", descending: bool = True,
+                last: Mapping[str, float] | None = None) -> list[RunRecord]:
     """*found* filtered (run name containing *name*, *status*) and sorted by ``created``,
-    ``name``, ``status`` or ``param:<key>`` (runs without the parameter last)."""
+    ``name``, ``status``, ``param:<key>`` or ``metric:<name>`` (by *last*, each run's last
+    value of that metric, ``RunStore.last_metric_of_runs``); runs without the parameter or
+    metric come last either way."""
     if status and status not in {s.value for s in RunStatus}:
         raise InvalidArgumentError(f"no run status is called {status!r}; pick one of "
                                    f"{', '.join(s.value for s in RunStatus)}", status=status)
@@ -55,13 +59,21 @@ def select_runs(found: Sequence[RunRecord], *, name: str = "", status: str = "",
         present = [r for r in kept if key in r.parameters]
         present.sort(key=lambda r: _param_key(r.parameters[key]), reverse=descending)
         return present + [r for r in kept if key not in r.parameters]
+    if sort.startswith("metric:"):
+        if last is None:
+            raise InvalidArgumentError(f"sorting by {sort!r} needs the runs' last values of "
+                                       "the metric", sort=sort)
+        values = last
+        present = [r for r in kept if r.run_name in values]
+        present.sort(key=lambda r: values[r.run_name], reverse=descending)
+        return present + [r for r in kept if r.run_name not in values]
     order = {id(r): i for i, r in enumerate(kept)}  # the store's (creation) order breaks ties
     keys: dict[str, Callable[[RunRecord], Any]] = {
         "created": lambda r: (r.created_at, order[id(r)]), "name": lambda r: r.run_name,
         "status": lambda r: r.status.value}
     if sort not in keys:
-        raise InvalidArgumentError(f"runs sort by created, name, status or param:<key>, not "
-                                   f"{sort!r}", sort=sort)
+        raise InvalidArgumentError(f"runs sort by created, name, status, param:<key> or "
+                                   f"metric:<name>, not {sort!r}", sort=sort)
     return sorted(kept, key=keys[sort], reverse=descending)
 
 
@@ -90,8 +102,11 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
         record = runs.get_experiment(experiment)
         now = utcnow()
         every = runs.list_runs(experiment)
+        by_metric = sort.removeprefix("metric:") if sort.startswith("metric:") else None
+        # Sorting by a metric reads that metric's last value of every run, in one read.
+        sort_values = runs.last_metric_of_runs(experiment, by_metric) if by_metric else None
         found = select_runs(every, name=name, status=status, sort=sort,
-                            descending=order != "asc")
+                            descending=order != "asc", last=sort_values)
         pages = max(1, -(-len(found) // RUNS_PAGE))
         shown = found[(page_number - 1) * RUNS_PAGE:page_number * RUNS_PAGE]
         # Last values are read for the runs shown only, in one read for the page.
@@ -103,6 +118,8 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
         metrics: dict[str, None] = {}
         for last in lasts:
             metrics.update(dict.fromkeys(last))
+        if by_metric:
+            metrics[by_metric] = None  # its column stays, even where this page has none
         param_cols = sorted(params)[:_MAX_COLUMNS]
         metric_cols = sorted(metrics)[:_MAX_COLUMNS]
         rows = [{"name": run.run_name, "status": run.status.value, "owner": run.owner,
@@ -110,14 +127,18 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                  "cells": [_cell(run.parameters.get(c)) for c in param_cols]
                  + [_cell(last.get(c)) for c in metric_cols]}
                 for run, last in zip(shown, lasts, strict=True)]
+        filters = urlencode({k: v for k, v in (("name", name), ("status", status)) if v})
         kept = urlencode({k: v for k, v in (("name", name), ("status", status), ("sort", sort),
                                             ("order", order)) if v})
         return page(request, "experiment.html", experiment=record, rows=rows,
                     total=len(found), of=len(every), page_number=page_number, pages=pages,
                     param_cols=param_cols, metric_cols=metric_cols, max_compare=MAX_COMPARE,
                     name=name, status=status, sort=sort, order=order, kept=kept,
+                    filters=filters,
                     statuses=[s.value for s in RunStatus],
-                    sorts=["created", "name", "status", *(f"param:{c}" for c in sorted(params))])
+                    sorts=["created", "name", "status", *(f"param:{c}" for c in sorted(params)),
+                           *(f"metric:{c}" for c in metric_cols)],
+                    flip="asc" if order != "asc" else "desc")
 
     def compared(experiment: str, run: list[str]) -> tuple[list[RunRecord], int]:
         """The runs to overlay (the ticked ones, else the newest) and how many were left
@@ -150,14 +171,23 @@ def run_routes(runs: RunStore, artifacts: ArtifactStore) -> APIRouter:
                        run: Annotated[list[str] | None, Query()] = None,
                        width: Annotated[int, Query(ge=1)] = 800,
                        x: XAxis = "step") -> Response:
-        """*metric* of each run, thinned to *width* like ``/series``, named by its run; x the
-        steps (where every point has one) or, with ``x=time``, the times."""
+        """*metric* of each run, thinned to *width* like ``/series``, named by its run, on
+        one shared x (``on_shared_x``): the steps (where every run's points have one) or,
+        with ``x=time``, the times."""
         shown, _ = compared(experiment, run or [])
         width = min(width, _MAX_WIDTH)
         found = _in_parallel(lambda r: _thinned(runs, r.metrics_owner, metric, width,
                                                 by_time=x == "time"), shown)
-        return JSONResponse({"experiment": experiment, "metric": metric, "series": [
-            {**series, "name": r.run_name} for r, series in zip(shown, found, strict=True)]})
+        by_step = all(s["x_is_step"] for s in found)
+        if not by_step:  # some run has points without a step: all by time
+            found = [s if not s["x_is_step"] else
+                     _thinned(runs, r.metrics_owner, metric, width, by_time=True)
+                     for r, s in zip(shown, found, strict=True)]
+        xs, ys = on_shared_x([(s["x"], s["y"]) for s in found], width, integral=by_step)
+        return JSONResponse({"experiment": experiment, "metric": metric, "x_is_step": by_step,
+                             "x": xs, "series": [
+                                 {"name": r.run_name, "points": s["points"], "y": y}
+                                 for r, s, y in zip(shown, found, ys, strict=True)]})
 
     @api.get("/experiments/{experiment}/runs/{run}")
     def run_page(request: Request, experiment: str, run: str) -> Response:
@@ -224,7 +254,7 @@ def _thinned(runs: RunStore, owner: str, metric: str, width: int, *,
     by_step = found.x_is_step and not by_time
     points = sorted(found.points, key=lambda p: p.timestamp) if by_time and found.x_is_step \
         else found.points  # thinned in step order: time on x must still ascend
-    xs = [float(p.step) if by_step and p.step is not None else p.timestamp for p in points]
+    xs = [p.step if by_step and p.step is not None else p.timestamp for p in points]
     ys = [p.value for p in points]
     return {"name": metric, "x_is_step": by_step, "points": found.count, "x": xs,
             "y": [None if math.isnan(y) or math.isinf(y) else y for y in ys]}

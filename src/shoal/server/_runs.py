@@ -97,6 +97,12 @@ def run_routes(store: RunStore) -> APIRouter:  # noqa: C901 - one small closure 
     def list_runs(experiment: str) -> list[RunOut]:
         return [RunOut.model_validate(r) for r in store.list_runs(experiment)]
 
+    @api.get("/experiments/{experiment}/last-metric", tags=["runs"])
+    def last_metric_of_runs(experiment: str, name: Annotated[str, Query(min_length=1)]
+                            ) -> dict[str, float]:
+        """The last value of metric *name* of each run of *experiment* that has it."""
+        return store.last_metric_of_runs(experiment, name)
+
     @api.get("/runs", tags=["runs"])
     def runs_for_job(job: Annotated[str, Query(min_length=1)]) -> list[RunOut]:
         return [RunOut.model_validate(r) for r in store.runs_for_job(job)]

@@ -38,12 +38,18 @@
     poll();
   }
 
-  async function drawChart(figure) {
+  function askSeries(figure) {
     // data-src: a series URL of this console (/series or a comparison's), to which the
     // figure's pixel width is added so the server thins each series to it.
     const width = Math.max(200, Math.floor(figure.clientWidth || 600));
-    const response = await fetch(figure.dataset.src + "&width=" + width,
-                                 {credentials: "same-origin"});
+    const response = fetch(figure.dataset.src + "&width=" + width,
+                           {credentials: "same-origin"});
+    return {width: width, response: response};
+  }
+
+  async function drawChart(figure, asked) {
+    const width = asked.width;
+    const response = await asked.response;
     if (!response.ok) {
       const note = document.createElement("p");
       note.className = "error";
@@ -52,11 +58,14 @@
       return;
     }
     const body = await response.json();
-    const byStep = body.series.every((s) => s.x_is_step);
+    // A comparison comes on one shared x (body.x, each series' y with nulls: uPlot's shape);
+    // a run's charts come as series of their own x, joined here (gaps as null).
+    const shared = Array.isArray(body.x);
+    const byStep = shared ? body.x_is_step : body.series.every((s) => s.x_is_step);
     const first = body.series[0];
-    // one x array for all series (uPlot's shape): the union of their x values, gaps as null
-    const data = body.series.length ? uPlot.join(body.series.map((s) => [s.x, s.y]))
-                                    : [[], []];
+    const data = shared ? [body.x, ...body.series.map((s) => s.y)]
+               : body.series.length ? uPlot.join(body.series.map((s) => [s.x, s.y]))
+               : [[], []];
     const logY = document.getElementById("log-y");
     function render() {
       if (figure.chart) figure.chart.destroy();
@@ -67,13 +76,17 @@
         series: [{label: first && first.x_label ? first.x_label : byStep ? "step" : "time"},
                  ...body.series.map((s, i) => ({label: s.name,
                                                 stroke: COLOURS[i % COLOURS.length],
-                                                width: 1.5, spanGaps: true}))],
+                                                width: body.series.length > 4 ? 1 : 1.5,
+                                                spanGaps: true}))],
         legend: {show: true},
       };
       if (first && first.x_label) opts.axes = [{label: first.x_label}, {label: first.y_label}];
       figure.chart = new uPlot(opts, data, figure);
+      figure.dataset.drawnMs = String(Math.round(performance.now()));  // for bench/console.py
       figure.dataset.drawn = String(body.series.length);
-      figure.dataset.points = String(Math.max(0, ...body.series.map((s) => s.x.length)));
+      // the most points any one series sent
+      figure.dataset.points = String(Math.max(0, ...body.series.map(
+        (s) => s.y.reduce((n, y) => n + (y === null ? 0 : 1), 0))));
     }
     render();
     if (logY) logY.addEventListener("change", render);
@@ -107,11 +120,18 @@
     new MutationObserver(refresh).observe(log, {childList: true});
   }
 
+  // This script runs (deferred, before htmx and uPlot) once the document is parsed: the
+  // charts' data is asked for now, while the other scripts are still being set up, and each
+  // chart is drawn once uPlot is there (DOMContentLoaded) and its data has come.
+  const asked = new Map();
+  document.querySelectorAll("figure.chart").forEach(function (figure) {
+    asked.set(figure, askSeries(figure));
+  });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("pre[data-log-url]").forEach(followLog);
     searchLog();
     document.querySelectorAll("figure.chart").forEach(function (figure) {
-      drawChart(figure).catch(function (e) {
+      drawChart(figure, asked.get(figure) || askSeries(figure)).catch(function (e) {
         figure.dataset.error = String(e);
       });
     });

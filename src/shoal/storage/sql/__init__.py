@@ -46,6 +46,7 @@ from shoal.storage.sql._dbapi import Dbapi
 from shoal.storage.sql._deletes import DeleteTables
 from shoal.storage.sql._endpoints import EndpointTables
 from shoal.storage.sql._jobquery import cursor_gone, job_query_sql, spec_text
+from shoal.storage.sql._metrics import MetricTables
 from shoal.storage.sql._payloads import PayloadTables
 from shoal.storage.sql._runs import RunTables
 from shoal.storage.sql.schema import SCHEMA_REVISION
@@ -143,7 +144,8 @@ def upgrade_schema(url: str) -> str:
     return SCHEMA_REVISION
 
 
-class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, AuthTables):
+class SqlMetadataStore(RunTables, MetricTables, EndpointTables, DeleteTables, PayloadTables,
+                       AuthTables):
     """Jobs and their history, experiments, runs and metrics, endpoints in a SQL database.
 
     Hot paths run fixed SQL on the DB-API cursor of a per-thread connection (SQLAlchemy's
@@ -408,7 +410,7 @@ class SqlMetadataStore(RunTables, EndpointTables, DeleteTables, PayloadTables, A
         """Remove every row (test clean-up on a shared PostgreSQL database)."""
         with self._db.tx(write=True) as cur:
             for table in ("endpoint_instances", "endpoints", "metrics", "metric_series",
-                          "metric_blocks", "run_jobs",
+                          "metric_blocks", "metric_spans", "run_jobs",
                           "run_artifacts", "run_tags", "run_parameters", "runs", "experiments",
                           "job_events", "job_payloads", "jobs", "api_tokens", "users"):
                 cur.execute(f"DELETE FROM {table}")

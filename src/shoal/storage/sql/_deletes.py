@@ -20,7 +20,7 @@ from shoal.storage.sql._dbapi import Dbapi
 __all__ = ["DeleteTables"]
 
 _RUN_CHILDREN = ("run_parameters", "run_tags", "run_artifacts", "run_jobs")
-_METRIC_TABLES = ("metrics", "metric_series", "metric_blocks")
+_METRIC_TABLES = ("metrics", "metric_series", "metric_blocks", "metric_spans")
 _CHUNK = 400  # bounded IN lists: SQLite limits bound parameters
 
 

@@ -1,26 +1,22 @@
-"""Experiments, runs and metrics in the SQL metadata store (mixed into ``SqlMetadataStore``).
+"""Experiments and runs in the SQL metadata store (mixed into ``SqlMetadataStore``); their
+metrics are in ``_metrics``.
 
 Same habits as the job methods: fixed SQL on the per-thread DB-API cursor, one transaction per
-call, rows turned into frozen ``core`` records here. Metrics are written with one
-``executemany`` in one transaction per batch.
+call, rows turned into frozen ``core`` records here.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, overload
 
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from shoal.core.clock import Clock
-from shoal.core.downsample import MetricBuckets, thin_rows
 from shoal.core.experiments import (
     ExperimentRecord,
-    MetricPoint,
-    MetricSummary,
     ParameterValue,
     RunArtifact,
     RunRecord,
@@ -33,7 +29,6 @@ from shoal.errors import (
     RunNotFound,
 )
 from shoal.storage.sql._dbapi import Dbapi
-from shoal.storage.sql.schema import METRIC_BLOCK
 
 __all__ = ["RunTables"]
 
@@ -254,144 +249,12 @@ class RunTables:
         return [_run_record(r, {t: c.get(r[0], []) for t, c in children.items()})
                 for r in rows]
 
-    # --- metrics ------------------------------------------------------------------------
-
-    def add_metrics(self, owner: str, points: Sequence[MetricPoint]) -> None:
-        """Append *points* to *owner*'s series, in one transaction."""
-        if not points:
-            return
-        rows = [(owner, p.name, p.value, p.step, p.timestamp) for p in points]
-        for _, name, value, _, ts in rows:
-            if not (math.isfinite(value) and math.isfinite(ts)):
-                raise InvalidArgumentError(f"metric {name!r} of {owner}: value {value!r} at "
-                                           f"{ts!r} is not finite; nothing was stored",
-                                           owner=owner, metric=name)
-        by_name: dict[str, list[MetricPoint]] = {}
-        for p in points:
-            by_name.setdefault(p.name, []).append(p)
-        sql = self._db.sql
-        with self._db.tx(write=True) as cur:
-            cur.executemany(sql(
-                "INSERT INTO metrics (owner, name, value, step, timestamp) "
-                "VALUES (?, ?, ?, ?, ?)"), rows)
-            blocks: list[tuple[Any, ...]] = []
-            for name, series in by_name.items():
-                # Reserve the series' next positions (atomic: the row is locked or the
-                # database is, so two writers never get the same ones).
-                cur.execute(sql(_RESERVE_POSITIONS), (
-                    owner, name, len(series), sum(p.step is None for p in series)))
-                row = cur.fetchone()
-                assert row is not None
-                blocks += _blocks(owner, name, int(row[0]) - len(series), series)
-            cur.executemany(sql(_UPSERT_BLOCK), blocks)
-
-    def get_metrics(self, owner: str, name: str | None = None) -> list[MetricPoint]:
-        """*owner*'s points (of metric *name*, or all, by name), in time then step order."""
-        sql = "SELECT name, value, timestamp, step FROM metrics WHERE owner = ?"
-        params: tuple[Any, ...] = (owner,)
-        if name is not None:
-            sql += " AND name = ?"
-            params += (name,)
-        with self._db.tx(write=False) as cur:
-            cur.execute(self._db.sql(sql + " ORDER BY name, " + _POINT_ORDER), params)
-            rows = cur.fetchall()
-        return [MetricPoint(n, v, t, s) for n, v, t, s in rows]
-
-    def last_metrics(self, owners: Sequence[str]) -> dict[str, dict[str, float]]:
-        """The last value (by time, then step) of each metric of each of *owners*, one query
-        per 500 owners: ``{owner: {name: value}}``; owners without metrics are left out."""
-        wanted = list(dict.fromkeys(owners))
-        out: dict[str, dict[str, float]] = {}
-        with self._db.tx(write=False) as cur:
-            for i in range(0, len(wanted), 500):
-                chunk = wanted[i:i + 500]
-                cur.execute(self._db.sql(
-                    "SELECT owner, name, value FROM (SELECT owner, name, value, ROW_NUMBER() "
-                    f"OVER (PARTITION BY owner, name ORDER BY {_POINT_ORDER_DESC}) AS rn FROM "
-                    f"metrics WHERE owner IN ({', '.join('?' * len(chunk))})) AS ranked "
-                    "WHERE rn = 1 ORDER BY owner, name"), chunk)
-                for owner, name, value in cur.fetchall():
-                    out.setdefault(owner, {})[name] = float(value)
-        return out
-
-    def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:
-        """*owner*'s metric *name* thinned to at most ``2 * buckets`` points (the lowest and
-        highest of each bucket, ``core.downsample``). A series with more than
-        ``METRIC_BLOCK * buckets`` points is thinned from its blocks' extremes
-        (``metric_blocks``: 1/8 of its rows), a shorter one from its points."""
-        if buckets < 1:
-            raise InvalidArgumentError(f"a thinned read needs at least 1 bucket, not {buckets}",
-                                       owner=owner, metric=name)
-        sql = self._db.sql
-        with self._db.tx(write=False) as cur:
-            cur.execute(sql("SELECT points, stepless FROM metric_series WHERE owner = ? AND "
-                            "name = ?"), (owner, name))
-            found = cur.fetchone()
-            if found is None:
-                return MetricBuckets(name=name, count=0, x_is_step=False, points=())
-            count, stepless = int(found[0]), int(found[1])
-            rows: list[tuple[float, float, int | None]]
-            if count <= METRIC_BLOCK * buckets:
-                cur.execute(sql("SELECT value, timestamp, step FROM metrics WHERE owner = ? "
-                                "AND name = ? ORDER BY id"), (owner, name))
-                rows = list(cur.fetchall())
-            else:
-                cur.execute(sql("SELECT lo_value, lo_ts, lo_step, hi_value, hi_ts, hi_step "
-                                "FROM metric_blocks WHERE owner = ? AND name = ? ORDER BY "
-                                "block"), (owner, name))
-                rows = []
-                for lv, lt, ls, hv, ht, hs in cur.fetchall():
-                    rows.append((lv, lt, ls))
-                    if (hv, ht, hs) != (lv, lt, ls):
-                        rows.append((hv, ht, hs))
-        return thin_rows(name, rows, buckets, count=count, x_is_step=stepless == 0)
-
-    def metric_names(self, owner: str) -> list[str]:
-        with self._db.tx(write=False) as cur:
-            cur.execute(self._db.sql("SELECT DISTINCT name FROM metrics WHERE owner = ? "
-                                     "ORDER BY name"), (owner,))
-            return [r[0] for r in cur.fetchall()]
-
-    def metric_summaries(self, owner: str) -> list[MetricSummary]:
-        """Count, min, max, mean and last value of each of *owner*'s metrics, by name."""
-        with self._db.tx(write=False) as cur:
-            cur.execute(self._db.sql(
-                "SELECT name, COUNT(*), MIN(value), MAX(value), AVG(value) FROM metrics "
-                "WHERE owner = ? GROUP BY name ORDER BY name"), (owner,))
-            stats = cur.fetchall()
-            cur.execute(self._db.sql(
-                "SELECT name, value FROM (SELECT name, value, ROW_NUMBER() OVER (PARTITION BY "
-                f"name ORDER BY {_POINT_ORDER_DESC}) AS rn FROM metrics WHERE owner = ?) "
-                "AS ranked WHERE rn = 1"), (owner,))
-            last = dict(cur.fetchall())
-        return [MetricSummary(name=n, count=int(c), min=float(lo), max=float(hi),
-                              avg=float(avg), last=float(last[n]))
-                for n, c, lo, hi, avg in stats]
-
 
 _SELECT_EXPERIMENTS = ("SELECT e.name, e.display_name, e.tags, e.created_at, COUNT(r.id), "
                        "e.owner FROM experiments e LEFT JOIN runs r ON r.experiment_name = e.name")
 _EXPERIMENT_GROUP = "e.name, e.display_name, e.tags, e.created_at, e.owner"
 _UPSERT_TAG = ("INSERT INTO run_tags (run_id, key, value) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value")
-# Steps without a value sort first on both databases (PostgreSQL puts NULLs last by default).
-_POINT_ORDER = "timestamp, CASE WHEN step IS NULL THEN 0 ELSE 1 END, step, id"
-_POINT_ORDER_DESC = ("timestamp DESC, CASE WHEN step IS NULL THEN 0 ELSE 1 END DESC, "
-                     "step DESC, id DESC")
-_RESERVE_POSITIONS = (
-    "INSERT INTO metric_series (owner, name, points, stepless) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (owner, name) DO UPDATE SET points = metric_series.points + excluded.points, "
-    "stepless = metric_series.stepless + excluded.stepless RETURNING points")
-# A block's extremes: a new point replaces one only when strictly lower (higher), so ties keep
-# the earliest, as the 0008 upgrade does. SET reads the row as it was on both databases.
-_UPSERT_BLOCK = (
-    "INSERT INTO metric_blocks (owner, name, block, lo_value, lo_step, lo_ts, hi_value, "
-    "hi_step, hi_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner, name, block) DO "
-    "UPDATE SET "
-    + ", ".join(
-        f"{side}_{col} = CASE WHEN excluded.{side}_value {op} metric_blocks.{side}_value "
-        f"THEN excluded.{side}_{col} ELSE metric_blocks.{side}_{col} END"
-        for side, op in (("lo", "<"), ("hi", ">")) for col in ("step", "ts", "value")))
 _CHILDREN = (
     ("run_parameters", "c.name, c.value", "c.name"),
     ("run_tags", "c.key, c.value", "c.key"),
@@ -399,27 +262,6 @@ _CHILDREN = (
      "c.created_at, c.name"),
     ("run_jobs", "c.job_name", "c.linked_at, c.job_name"),
 )
-
-
-def _blocks(owner: str, name: str, start: int, series: Sequence[MetricPoint]
-            ) -> list[tuple[Any, ...]]:
-    """Rows for ``_UPSERT_BLOCK``: the extremes of *series*' points within each block they
-    fall in, the first point at position *start*."""
-    out: list[tuple[Any, ...]] = []
-    i = 0
-    while i < len(series):
-        block = (start + i) // METRIC_BLOCK
-        end = min(len(series), (block + 1) * METRIC_BLOCK - start)
-        lo = hi = series[i]
-        for p in series[i + 1:end]:
-            if p.value < lo.value:
-                lo = p
-            if p.value > hi.value:
-                hi = p
-        out.append((owner, name, block, lo.value, lo.step, lo.timestamp, hi.value, hi.step,
-                    hi.timestamp))
-        i = end
-    return out
 
 
 def _run_not_found(experiment_name: str, run_name: str) -> RunNotFound:

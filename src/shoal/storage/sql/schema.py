@@ -11,13 +11,13 @@ from shoal.core.endpoints import EndpointStatus, InstanceStatus
 from shoal.core.experiments import RunStatus
 from shoal.core.jobs import JobStatus
 
-__all__ = ["METRIC_BLOCK", "SCHEMA_REVISION", "api_tokens", "endpoint_instances", "endpoints",
-           "experiments", "job_events", "job_payloads", "jobs", "metadata", "metric_blocks",
-           "metric_series", "metrics", "run_artifacts", "run_jobs", "run_parameters", "run_tags",
-           "runs", "users"]
+__all__ = ["METRIC_BLOCK", "METRIC_SPANS", "SCHEMA_REVISION", "api_tokens", "endpoint_instances",
+           "endpoints", "experiments", "job_events", "job_payloads", "jobs", "metadata",
+           "metric_blocks", "metric_series", "metric_spans", "metrics", "run_artifacts",
+           "run_jobs", "run_parameters", "run_tags", "runs", "users"]
 
 #: The Alembic revision this code expects; tests check it equals the migrations' head.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 
 metadata = sa.MetaData()
 
@@ -170,13 +170,21 @@ metrics = sa.Table(
 #: it has more than ``METRIC_BLOCK`` points per pixel column.
 METRIC_BLOCK = 16
 
-# Each series' point count (its next point's position) and how many points lack a step.
+#: Points per block of each coarser level (``metric_spans``, revision 0009): a chart reads the
+#: coarsest level that still has a block per pixel column, so at most ~4 blocks per column.
+METRIC_SPANS = (64, 256, 1024, 4096)
+
+# Each series' point count (its next point's position), how many points lack a step, and
+# (revision 0009) its last point, by time then step then position: the runs table's value.
 metric_series = sa.Table(
     "metric_series", metadata,
     sa.Column("owner", sa.String(255), primary_key=True),
     sa.Column("name", sa.String(255), primary_key=True),
     sa.Column("points", sa.BigInteger, nullable=False),
     sa.Column("stepless", sa.BigInteger, nullable=False),
+    sa.Column("last_value", sa.Float),
+    sa.Column("last_ts", sa.Float),
+    sa.Column("last_step", sa.BigInteger),
 )
 
 # The lowest and the highest point of each block of METRIC_BLOCK points of a series, by
@@ -185,6 +193,21 @@ metric_blocks = sa.Table(
     "metric_blocks", metadata,
     sa.Column("owner", sa.String(255), primary_key=True),
     sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("block", sa.BigInteger, primary_key=True),
+    sa.Column("lo_value", sa.Float, nullable=False),
+    sa.Column("lo_step", sa.BigInteger),
+    sa.Column("lo_ts", sa.Float, nullable=False),
+    sa.Column("hi_value", sa.Float, nullable=False),
+    sa.Column("hi_step", sa.BigInteger),
+    sa.Column("hi_ts", sa.Float, nullable=False),
+)
+
+# The same for blocks of each size in METRIC_SPANS (revision 0009): block = position // size.
+metric_spans = sa.Table(
+    "metric_spans", metadata,
+    sa.Column("owner", sa.String(255), primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("size", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("block", sa.BigInteger, primary_key=True),
     sa.Column("lo_value", sa.Float, nullable=False),
     sa.Column("lo_step", sa.BigInteger),
