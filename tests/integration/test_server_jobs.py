@@ -429,15 +429,15 @@ def _trivial(x):
     return x + 1
 
 
-def test_a_warm_call_through_the_server_is_one_request_and_a_poll_of_the_client(
-        team, monkeypatch):
+def test_a_warm_call_through_the_server_is_one_request_of_the_client(team, monkeypatch):
     """A warm ``submit(f, x).result()`` made four requests in a row before its job could
     start (its secret, the records, the payload file, the launch) and then long-polled; now
     the job's secret comes from the client's key lease (one ``POST /keys/lease`` per
     session), the records, the batch's files and the launch are one ``POST
-    /launches/batch``, and the worker is handed its take and has its ends recorded by the
-    server that claimed it (no request of its own). Later readers derive the same secrets
-    from the server: a new session verifies and reads each result."""
+    /launches/batch`` whose answer brings the worker's first news (a short call's result),
+    and the worker is handed its take and has its ends recorded by the server that claimed
+    it (no request of its own). Later readers derive the same secrets from the server: a
+    new session verifies and reads each result."""
     from shoal import RemoteExecutor
     from shoal.core.leases import LEASE_PREFIX
     from shoal.session import Session
@@ -460,8 +460,8 @@ def test_a_warm_call_through_the_server_is_one_request_and_a_poll_of_the_client(
     assert sent.count(("POST", "/launches/batch")) == 3
     assert not {("POST", "/keys/job-secrets"), ("POST", "/keys/lease"), ("POST", "/job-batches"),
                 ("POST", "/launches")} & set(sent), sent
-    # Else only reads: the messages' long polls, and (when a poll's slice ends before the
-    # worker's answer on a loaded machine) a read of the job's record; no other write.
+    # Else only reads, when a call outlasts the launch's wait on a loaded machine: the
+    # messages' long polls, and (when a poll's slice ends first) a read of the job's record.
     assert all(m == "GET" and p.startswith(("/launches/", "/jobs/")) for m, p in sent
                if (m, p) != ("POST", "/launches/batch")), sent
     records = team.jobs.metadata.list_jobs(JobQuery(name_contains="trivial", limit=10))

@@ -37,6 +37,9 @@ _SENT = (JOB_SECRETS_VAR, "SHOAL_JOB_PROCESS")
 #: One long poll at most this long (below the connection's 30 s read timeout).
 _POLL_S = 20.0
 _AWAY_PAUSE_S = 0.5
+#: How long a batch's launch waits for a warm worker's first news: a short call's result
+#: comes with the launch's answer (no poll); a longer call's log is followed soon after.
+_FIRST_NEWS_S = 0.25
 
 
 class HttpBackend:
@@ -81,11 +84,13 @@ class HttpBackend:
         out = self._http.call("POST", "/launches/batch", json={
             "specs": [s.to_json() for s in specs], "key_salts": list(key_salts),
             "files": {k: base64.b64encode(v).decode("ascii") for k, v in files.items()},
-            "launch": _launch_body(ctx)})
+            "launch": _launch_body(ctx), "wait": _FIRST_NEWS_S})
         records = [job_record(r) for r in out["records"]]
         launched = out.get("launch")
-        return records, None if launched is None else self._info(ctx, launched), \
-            out.get("error")
+        info = None if launched is None else self._info(ctx, launched)
+        if info is not None and isinstance(info.waiter, _HttpWaiter) and out.get("messages"):
+            info.waiter.absorb(out["messages"])  # the worker's first news came with it
+        return records, info, out.get("error")
 
     def is_alive(self, handle: Handle) -> bool | None:
         try:
@@ -133,6 +138,10 @@ class _HttpWaiter:
         except ServerUnreachableError:
             time.sleep(min(timeout, _AWAY_PAUSE_S))
             return
+        self.absorb(out)
+
+    def absorb(self, out: Mapping[str, Any]) -> None:
+        """Take in an answer of the messages poll (or the launch's ``messages``)."""
         for m in out["messages"]:
             self._queue.append((dict(m["header"]), base64.b64decode(m["data"])))
         self._after += len(out["messages"])

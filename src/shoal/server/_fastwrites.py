@@ -8,7 +8,7 @@ dependency solver, a hop through anyio's thread pool, the response model validat
 request is matched by method and path, its body parsed by the route's own pydantic model
 (``model_validate_json``), authorized by the same ``Authorizer`` (with the route's name in the
 scope, as FastAPI puts it there, so the job-token rules are the same), and the route's own
-function called on a small thread pool; its answer is serialized as FastAPI would and
+function called (its blocking part on a small thread pool of its own); its answer is serialized as FastAPI would and
 errors get the app's error bodies. A body that does not parse goes on to FastAPI unchanged
 (replayed), so a bad request gets FastAPI's own answer; FastAPI still declares the routes
 (the OpenAPI document is unchanged).
@@ -110,8 +110,16 @@ class FastWrites:
         try:
             await self._authorizer(request)
             loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(
-                self._pool, lambda: found.endpoint(body=body, request=request))
+            parts = getattr(found.endpoint, "fast_parts", None)  # (blocking part, the rest)
+            if parts is not None:
+                blocking, rest = parts[0](), parts[1]()
+                answer = await loop.run_in_executor(self._pool, blocking, body, request)
+                answer = await rest(answer, body, request)
+            elif inspect.iscoroutinefunction(found.endpoint):
+                answer = await found.endpoint(body=body, request=request)
+            else:
+                answer = await loop.run_in_executor(
+                    self._pool, lambda: found.endpoint(body=body, request=request))
         except ShoalError as e:
             await self._error_answer(scope["method"], scope["path"], e)(scope, receive, send)
             return

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from shoal.core.auth import ApiToken
 from shoal.core.jobs import FailureKind, JobChange, JobName, JobRecord, JobSpec, JobStatus
@@ -368,10 +369,24 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         return _launch_out(start(body, names, user))
 
     @api.post("/launches/batch", tags=["launches"], status_code=201)
-    def create_and_launch(body: BatchLaunchIn, request: Request) -> BatchLaunchOut:
+    async def create_and_launch(body: BatchLaunchIn, request: Request) -> BatchLaunchOut:
         """A batch's records, files and launch in one request (``BatchLauncher``): the
         records are the caller's, so the launch is its owner's; the files may only be the
-        batch's own and its function's content-addressed pickle."""
+        batch's own and its function's content-addressed pickle. With ``wait``, a warm
+        worker's first news (the messages poll's answer) comes with it."""
+        out = await run_in_threadpool(launch_batch, body, request)
+        return await with_news(out, body, request)
+
+    async def with_news(out: BatchLaunchOut, body: BatchLaunchIn, request: Request
+                        ) -> BatchLaunchOut:
+        if body.wait > 0 and out.launch is not None and out.launch.warm:
+            out.messages = await poll(body.launch.job, request, 0, body.wait)
+        return out
+
+    # server/_fastwrites.py runs the blocking part on its own threads, then the rest.
+    setattr(create_and_launch, "fast_parts", (lambda: launch_batch, lambda: with_news))  # noqa: B010
+
+    def launch_batch(body: BatchLaunchIn, request: Request) -> BatchLaunchOut:
         names = _check_entrypoint(body.launch)
         batch = body.launch.job
         specs = [JobSpec.from_json(s) for s in body.specs]
@@ -433,6 +448,9 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
     async def messages(launch: str, request: Request,
                        after: Annotated[int, Query(ge=0)] = 0,
                        timeout: Annotated[float, Query(ge=0)] = 30.0) -> MessagesOut:
+        return await poll(launch, request, after, timeout)
+
+    async def poll(launch: str, request: Request, after: int, timeout: float) -> MessagesOut:
         claim = jobs.claim(launch)
         if claim is None:  # the server restarted since, or no warm worker took it
             return MessagesOut(messages=[], done=True, lost=True)

@@ -55,6 +55,9 @@ class BatchLaunchIn(BaseModel):
     key_salts: list[str]
     files: dict[str, str] = Field(default_factory=dict)
     launch: LaunchIn
+    #: Seconds to wait for a warm worker's first news, which then comes in the answer
+    #: (``messages``, as ``GET /launches/{launch}/messages?after=0`` would give it).
+    wait: float = Field(default=0.0, ge=0.0, le=60.0)
 
 
 class BatchLaunchOut(BaseModel):
@@ -63,6 +66,8 @@ class BatchLaunchOut(BaseModel):
     records: list[JobOut]
     launch: LaunchOut | None = None
     error: str | None = None
+    #: With ``wait``, what the warm worker had said by then (its first news, maybe all).
+    messages: MessagesOut | None = None
 
 
 class CheckIn(BaseModel):
@@ -123,3 +128,6 @@ class WaitOut(BaseModel):
     name: str
     status: JobStatus
     ended: bool
+
+
+BatchLaunchOut.model_rebuild()  # MessagesOut is defined after it
