@@ -112,7 +112,7 @@ class FastWrites:
             loop = asyncio.get_running_loop()
             parts = getattr(found.endpoint, "fast_parts", None)  # (blocking part, the rest)
             if parts is not None:
-                blocking, rest = parts[0](), parts[1]()
+                blocking, rest = parts
                 answer = await loop.run_in_executor(self._pool, blocking, body, request)
                 answer = await rest(answer, body, request)
             elif inspect.iscoroutinefunction(found.endpoint):

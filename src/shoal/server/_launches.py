@@ -97,6 +97,7 @@ class ServerJobs:
         self._claims: dict[str, _Claim] = {}
         self._lock = threading.Lock()
         self._drains = _Drains()
+        self._notifying = NotifyingJobStore(self.store, signals)  # a claim's records
 
     @property
     def store(self) -> JobStore:
@@ -116,13 +117,12 @@ class ServerJobs:
         return env
 
     def hold(self, launch: str, user: str, names: Sequence[str], waiter: JobWaiter,
-             batch: bool, token: str | None = None) -> None:
+             batch: bool, job: JobToken | None = None) -> None:
         """Keep *waiter*, a warm worker's claim, and read it on a thread of its own. With
-        *token* (the batch's job token), a worker handed its take has its changes recorded
-        here on the token's terms (``record_for``)."""
+        *job* (what the batch's job token grants), a worker handed its take has its changes
+        recorded here on the token's terms (``record_for``)."""
         recorder = None
-        if token is not None and isinstance(waiter, InlineTaking):
-            job = self.tokens.verify(token)
+        if job is not None and isinstance(waiter, InlineTaking):
             recorder = functools.partial(self.record_for, job)
         claim = _Claim(user, tuple(names), waiter, batch, self.signals, f"launch:{launch}",
                        recorder)
@@ -167,7 +167,7 @@ class ServerJobs:
                                             "its job has ended", job=min(job.jobs))
             for key, value in files.items():
                 self.session.jobs.artifacts.put_bytes(key, value)
-            return {"applied": NotifyingJobStore(self.store, self.signals).update_jobs(changes)}
+            return {"applied": self._notifying.update_jobs(changes)}
         except (ShoalError, ValidationError, KeyError, TypeError, ValueError) as e:
             code = e.code if isinstance(e, ShoalError) else "INVALID_ARGUMENT"
             logger.warning("a warm worker's changes of batch %s were not recorded: %s",
@@ -334,7 +334,8 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
 
     def start(body: LaunchIn, names: tuple[str, ...], user: str,
               take: HandedTake | None = None) -> LaunchInfo:
-        token = jobs.tokens.mint(user, names, body.job if body.batch else None)
+        batch = body.job if body.batch else None
+        token = jobs.tokens.mint(user, names, batch)
         pool = None if body.pool is None else \
             hashlib.sha256(f"{body.pool}|user:{user}".encode()).hexdigest()  # no shared workers
         ctx = ExecContext(job=JobName(body.job), entrypoint=body.entrypoint,
@@ -358,7 +359,7 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
             waiter.give_statuses(statuses, handle)
         if info.waiter is not None:
             jobs.hold(body.job, user, names, info.waiter, bool(body.batch),
-                      token if take is not None else None)
+                      JobToken(user, frozenset(names), batch) if take is not None else None)
         return info
 
     @api.post("/launches", tags=["launches"], status_code=201)
@@ -382,9 +383,6 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
         if body.wait > 0 and out.launch is not None and out.launch.warm:
             out.messages = await poll(body.launch.job, request, 0, body.wait)
         return out
-
-    # server/_fastwrites.py runs the blocking part on its own threads, then the rest.
-    setattr(create_and_launch, "fast_parts", (lambda: launch_batch, lambda: with_news))  # noqa: B010
 
     def launch_batch(body: BatchLaunchIn, request: Request) -> BatchLaunchOut:
         names = _check_entrypoint(body.launch)
@@ -421,6 +419,9 @@ def launch_routes(jobs: ServerJobs) -> APIRouter:  # noqa: C901 - one small clos
             jobs.store.set_handles(names, info.to_json())
         return BatchLaunchOut(records=[JobOut.of(r) for r in records],
                               launch=_launch_out(info))
+
+    # server/_fastwrites.py runs the blocking part on its own threads, then the rest.
+    setattr(create_and_launch, "fast_parts", (launch_batch, with_news))  # noqa: B010
 
     def _failed_at_launch(records: Sequence[JobRecord], why: str) -> BatchLaunchOut:
         names = [r.name for r in records]

@@ -18,8 +18,9 @@ from typing import Any
 
 from shoal.core.downsample import MetricBuckets, thin_rows
 from shoal.core.experiments import MetricPoint, MetricSummary
-from shoal.errors import ExperimentNotFound, InvalidArgumentError
+from shoal.errors import InvalidArgumentError
 from shoal.storage.sql._dbapi import Dbapi
+from shoal.storage.sql._runs import require_experiment
 from shoal.storage.sql.schema import METRIC_BLOCK, METRIC_SPANS
 
 __all__ = ["MetricTables", "read_level"]
@@ -121,12 +122,7 @@ class MetricTables:
                 (name, experiment_name))
             found = {str(run): float(value) for run, value in cur.fetchall()}
             if not found:
-                cur.execute(self._db.sql("SELECT 1 FROM experiments WHERE name = ?"),
-                            (experiment_name,))
-                if cur.fetchone() is None:
-                    raise ExperimentNotFound(
-                        f"no experiment named {experiment_name!r}; 'shoal experiments list' "
-                        "shows the experiments there", experiment=experiment_name)
+                require_experiment(self._db, cur, experiment_name)
         return found
 
     def metric_buckets(self, owner: str, name: str, buckets: int) -> MetricBuckets:

@@ -42,6 +42,15 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+
+def require_experiment(db: Dbapi, cur: DBAPICursor, name: str) -> None:
+    """ExperimentNotFound unless experiment *name* exists (after a read that found none of
+    its rows, to tell an empty experiment from a missing one)."""
+    cur.execute(db.sql("SELECT 1 FROM experiments WHERE name = ?"), (name,))
+    if cur.fetchone() is None:
+        raise ExperimentNotFound(f"no experiment named {name!r}; 'shoal experiments list' "
+                                 "shows the experiments there", experiment=name)
+
 class RunTables:
     """The experiment-tracking half of the SQL metadata store."""
 
@@ -146,12 +155,7 @@ class RunTables:
         with self._db.tx(write=False) as cur:
             runs = self._load_runs(cur, "r.experiment_name = ?", (experiment_name,))
             if not runs:
-                cur.execute(self._db.sql("SELECT 1 FROM experiments WHERE name = ?"),
-                            (experiment_name,))
-                if cur.fetchone() is None:
-                    raise ExperimentNotFound(
-                        f"no experiment named {experiment_name!r}; 'shoal experiments list' "
-                        "shows the experiments there", experiment=experiment_name)
+                require_experiment(self._db, cur, experiment_name)
         return runs
 
     def runs_for_job(self, job_name: str) -> list[RunRecord]:
