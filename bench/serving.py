@@ -13,8 +13,10 @@ two cores, like the anchor measurements in ANCHORS.md.
 
 Measured in one run: the in-process onnxruntime ceiling (samples/s at its best batch size), the
 naive server (FastAPI + uvicorn, ``session.run`` on one image per request, on the event loop),
-and ``python -m shoal.serving`` with its defaults, at concurrency 32 and 1; and the start-up time
-from process start to the first ``/ping`` 200.
+the floor server (``FLOOR_SERVER``: uvloop + httptools and a batching inference thread per
+worker, nothing else: the least a Python HTTP server does per request, so the most any can serve
+on this machine) and ``python -m shoal.serving`` with its defaults, at concurrency 32 and 1; and
+the start-up time from process start to the first ``/ping`` 200.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import contextlib
 import io
 import json
 import os
@@ -65,6 +68,109 @@ if __name__ == "__main__":
     import uvicorn
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
                 access_log=False)
+'''
+
+
+FLOOR_SERVER = '''
+# The floor: the least a Python server does per request here. uvloop + httptools with no
+# framework, no guards, no metrics and no error handling; per worker process (SO_REUSEPORT)
+# one inference thread runs whatever has queued as one batch (one intra-op thread), as
+# shoal's model server does. Not a server to deploy: the bar for shoal's HTTP path.
+import ast, asyncio, io, os, queue, socket, sys, threading
+import httptools, numpy as np, onnxruntime as ort, orjson, uvloop
+
+model, port, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+OK = b"HTTP/1.1 200 OK\\r\\ncontent-type: %s\\r\\ncontent-length: %d\\r\\n\\r\\n"
+
+HEADS, META = {}, {}
+
+def npy_head(rows):
+    head = HEADS.get(rows.shape)
+    if head is None:
+        buf = io.BytesIO()
+        np.save(buf, rows)
+        head = HEADS[rows.shape] = buf.getvalue()[:-rows.nbytes]
+    return head
+
+def from_npy(raw):  # a version-1 .npy header, parsed once per distinct header
+    end = 10 + int.from_bytes(raw[8:10], "little")
+    meta = META.get(raw[:end])
+    if meta is None:
+        d = ast.literal_eval(raw[10:end].decode("latin-1"))
+        meta = META[raw[:end]] = (np.dtype(d["descr"]), d["shape"])
+    return np.frombuffer(raw, meta[0], offset=end).reshape(meta[1])
+
+def worker(sock):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    loop = uvloop.new_event_loop()
+    work = queue.SimpleQueue()
+
+    def deliver(batch, out):
+        start = 0
+        for transport, x, is_json in batch:
+            rows = out[start:start + len(x)]
+            start += len(x)
+            if is_json:
+                body = orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY)
+                transport.write(OK % (b"application/json", len(body)) + body)
+            else:
+                body = npy_head(rows) + rows.tobytes()
+                transport.write(OK % (b"application/x-npy", len(body)) + body)
+
+    def infer():
+        while True:
+            batch = [work.get()]
+            while True:
+                try:
+                    batch.append(work.get_nowait())
+                except queue.Empty:
+                    break
+            out = sess.run(None, {"input": np.concatenate([b[1] for b in batch])})[0]
+            loop.call_soon_threadsafe(deliver, batch, out)
+
+    threading.Thread(target=infer, daemon=True).start()
+
+    class Http(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.body = transport, []
+            self.parser = httptools.HttpRequestParser(self)
+            self.is_json = False
+
+        def data_received(self, data):
+            self.parser.feed_data(data)
+
+        def on_header(self, name, value):
+            if name.lower() == b"content-type":
+                self.is_json = value == b"application/json"
+
+        def on_body(self, body):
+            self.body.append(body)
+
+        def on_message_complete(self):
+            raw, self.body = b"".join(self.body), []
+            if self.parser.get_method() == b"GET":
+                self.transport.write(OK % (b"application/json", 2) + b"{}")
+            elif self.is_json:
+                work.put((self.transport, np.asarray(orjson.loads(raw), np.float32), True))
+            else:
+                work.put((self.transport, from_npy(raw), False))
+
+    sock.listen(1024)
+    loop.run_until_complete(loop.create_server(Http, sock=sock))
+    loop.run_forever()
+
+socks = []
+for _ in range(workers):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", port))
+    socks.append(s)
+for s in socks[1:]:
+    if os.fork() == 0:
+        worker(s)
+worker(socks[0])
 '''
 
 
@@ -202,7 +308,8 @@ def _ping(port: int) -> bool:
 
 def start(cmd: list[str], port: int, env: dict | None = None) -> tuple[subprocess.Popen, float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)  # stop() ends its whole process group
     while not _ping(port):
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
@@ -213,12 +320,18 @@ def start(cmd: list[str], port: int, env: dict | None = None) -> tuple[subproces
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+    """SIGTERM to the server's process group (its workers too), then SIGKILL after 30 s."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # workers that outlived it (the floor's)
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def shoal_cmd(model_dir: Path, port: int, extra: list[str]) -> list[str]:
@@ -296,6 +409,7 @@ def main() -> None:
     model_dir = work / "mnist"
     export(mnist_cnn(), torch.randn(1, 1, 28, 28), model_dir / "model.onnx")
     (work / "naive.py").write_text(NAIVE_SERVER)
+    (work / "floor.py").write_text(FLOOR_SERVER)
     image = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
     buf = io.BytesIO()
     np.save(buf, image)
@@ -330,9 +444,12 @@ def main() -> None:
         body_path, ctype = bodies[fmt]
         for name, cmd in (("naive", [sys.executable, str(work / "naive.py"),
                                      str(model_dir / "model.onnx")]),
+                          ("floor", [sys.executable, str(work / "floor.py"),
+                                     str(model_dir / "model.onnx")]),
                           ("shoal", None)):
             port = _free_port()
-            full = cmd + [str(port)] if cmd else shoal_cmd(model_dir, port, extra)
+            full = (cmd + [str(port)] + (["2"] if name == "floor" else []) if cmd
+                    else shoal_cmd(model_dir, port, extra))
             proc, _ = start(full, port)
             try:
                 c32 = run_load(port, body_path, ctype, 32, args.duration, proc.pid)
@@ -358,8 +475,12 @@ def main() -> None:
           f"({1e6 / per_cpu:.0f} us of CPU a sample)")
     for fmt in args.formats.split(","):
         (s32, s1), (n32, n1) = results[("shoal", fmt)], results[("naive", fmt)]
+        f32 = results[("floor", fmt)][0]
         k = images[fmt]
         cpu_us = (s32["server_us"] + s32["client_us"]) / k
+        print(f"  {fmt}: floor/naive c=32 {f32['rps'] / n32['rps']:.2f}x, floor/ceiling "
+              f"{f32['rps'] * k / best_rate:.0%} (the most a Python server reached here); "
+              f"shoal/floor {s32['rps'] / f32['rps']:.2f}")
         print(f"  {fmt}: shoal/naive c=32 {s32['rps'] / n32['rps']:.2f}x; shoal/ceiling "
               f"{s32['rps'] * k / best_rate:.0%} by wall clock ({s32['rps'] * k:.0f} samples/s),"
               f" {1e6 / cpu_us / per_cpu:.0%} per CPU-second (server + load generator "

@@ -13,16 +13,19 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
+from typing import Any
 
 from shoal.errors import ModelLoadError
 from shoal.serving import codecs
 from shoal.serving._batching import InferenceQueue
+from shoal.serving._guard import Reply
 from shoal.serving._handlers import Handler, select_handler
 from shoal.serving._options import ServerOptions
 from shoal.serving.artifact import ResolvedModel, resolve_model
-from shoal.serving.asgi import Receive, Scope, Send
-from shoal.serving.http import RequestError, read_body
+from shoal.serving.asgi import Receive, Scope, Send, authorized
+from shoal.serving.http import RequestError, error_body, read_body, unauthorized
 from shoal.serving.http import respond as _respond
 from shoal.serving.http import respond_error as _error
 from shoal.serving.loading import LoadingApp, ModelState, answer
@@ -155,9 +158,8 @@ class ModelServerApp(LoadingApp[None]):
 
     async def _invoke(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def run() -> int:
-            if self.state is not ModelState.READY or self._queue is None:
-                raise self.not_ready()
-            raw_type, raw_accept, length = _headers(scope)
+            queue = self._ready_queue()
+            raw_type, raw_accept, length = _headers(scope["headers"])
             content_type, response_type = self._types(raw_type, raw_accept)
             handler = self.handler
             body = await read_body(receive, self._limit, length)
@@ -166,12 +168,64 @@ class ModelServerApp(LoadingApp[None]):
                     None, handler.decode, body, content_type, response_type)
             else:
                 data = handler.decode(body, content_type, response_type)
-            prediction = await self._queue.submit(data, self.options.timeout_s)
+            prediction = await queue.submit(data, self.options.timeout_s)
             payload, payload_type = handler.encode(prediction, response_type)
             await _respond(send, 200, payload, payload_type.encode())
             return 200
 
         await answer(send, run, self.metrics.request)
+
+    def _ready_queue(self) -> InferenceQueue:
+        if self.state is not ModelState.READY or self._queue is None:
+            raise self.not_ready()
+        return self._queue
+
+    # --- the fast path (shoal.serving._guard): POST /invocations without ASGI -----------------
+    # The same steps as _invoke, for a body small enough to decode on the event loop, with
+    # the same answers (tests/unit/test_serving_fast_path.py compares the two).
+
+    fast_paths = frozenset({b"/invocations"})
+
+    @property
+    def fast_body_limit(self) -> int:
+        return min(self._limit, _INLINE_DECODE_BYTES)
+
+    def fast_call(self, headers: list[tuple[bytes, bytes]], body: bytes, reply: Reply) -> None:
+        started = time.perf_counter()
+        if self.api_key is not None and not authorized(headers, self.api_key):
+            error = unauthorized()  # as AsgiApp refuses it: before routing, not counted
+            reply(error.status, error_body(error.error, error.detail), _JSON, error.headers)
+            return
+        try:
+            queue = self._ready_queue()
+            raw_type, raw_accept, _ = _headers(headers)
+            content_type, response_type = self._types(raw_type, raw_accept)
+            data = self.handler.decode(body, content_type, response_type)
+
+            def answer(prediction: Any) -> None:
+                if isinstance(prediction, Exception):
+                    self._fast_failed(prediction, reply, started)
+                    return
+                try:
+                    payload, payload_type = self.handler.encode(prediction, response_type)
+                except Exception as e:
+                    self._fast_failed(e, reply, started)
+                    return
+                reply(200, payload, payload_type.encode(), ())
+                self.metrics.request(200, time.perf_counter() - started)
+
+            queue.put(data, self.options.timeout_s, answer)
+        except Exception as e:
+            self._fast_failed(e, reply, started)
+
+    def _fast_failed(self, e: Exception, reply: Reply, started: float) -> None:
+        """What ``answer`` does with an exception: a ``RequestError`` as the JSON refusal,
+        anything else logged and answered 500."""
+        if not isinstance(e, RequestError):
+            log.exception("invocation failed", exc_info=e)
+            e = RequestError(500, "internal error", f"{type(e).__name__}: {e}")
+        reply(e.status, error_body(e.error, e.detail), _JSON, e.headers)
+        self.metrics.request(e.status, time.perf_counter() - started)
 
     def _types(self, raw_type: bytes | None, raw_accept: bytes | None) -> tuple[str, str]:
         """``(content type, response type)`` for a request's Content-Type and Accept headers,
@@ -200,12 +254,13 @@ class ModelServerApp(LoadingApp[None]):
             return e
 
 
-def _headers(scope: Scope) -> tuple[bytes | None, bytes | None, int | None]:
+def _headers(headers: list[tuple[bytes, bytes]]
+             ) -> tuple[bytes | None, bytes | None, int | None]:
     """The raw Content-Type and Accept headers and the Content-Length."""
     content_type: bytes | None = None
     accept: bytes | None = None
     length: int | None = None
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name == b"content-type":
             content_type = value
         elif name == b"accept":

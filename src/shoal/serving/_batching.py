@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -28,15 +29,38 @@ log = logging.getLogger(__name__)
 
 _QUEUED, _TAKEN, _GONE = 0, 1, 2
 
+#: what a request's caller is told: its result, or the exception that answers it
+Answer = Callable[[Any], None]
+
 
 class _Item:
-    __slots__ = ("data", "future", "enqueued", "state")
+    __slots__ = ("answer", "answered", "data", "deadline", "enqueued", "state", "timeout_s")
 
-    def __init__(self, data: Any, future: asyncio.Future[Any], enqueued: float) -> None:
+    def __init__(self, data: Any, answer: Answer, enqueued: float, timeout_s: float) -> None:
         self.data = data
-        self.future = future
+        self.answer = answer
+        self.answered = False
         self.enqueued = enqueued
+        self.timeout_s = timeout_s
+        self.deadline = enqueued + timeout_s
         self.state = _QUEUED
+
+    def settle(self, result: Any) -> None:
+        """Tell the caller (on the event loop), once."""
+        if not self.answered:
+            self.answered = True
+            self.answer(result)
+
+
+def _future_answer(future: asyncio.Future[Any]) -> Answer:
+    def answer(result: Any) -> None:
+        if future.done():
+            return
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+    return answer
 
 
 class InferenceQueue(ServingLoop[_Item]):
@@ -60,6 +84,11 @@ class InferenceQueue(ServingLoop[_Item]):
         self._waiting = 0  # queued items whose caller still waits
         self._room = 0  # while it waits for a batch to fill: wake it only once this many queue
         self._loop: asyncio.AbstractEventLoop | None = None
+        # on the event loop only: the requests not yet answered, in arrival order, and the
+        # one timer that expires them
+        self._open: deque[_Item] = deque()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = 0.0
 
     @property
     def depth(self) -> int:
@@ -82,15 +111,38 @@ class InferenceQueue(ServingLoop[_Item]):
             self._waiting = 0
             self._cond.notify()
         for item in left:
-            if not item.future.done():
-                item.future.set_exception(RequestError(503, "shutting down",
-                                                       "the server is stopping"))
+            item.settle(RequestError(503, "shutting down", "the server is stopping"))
+
+    def put(self, data: Any, timeout_s: float, answer: Answer) -> None:
+        """Queue *data* (on the event loop); ``answer`` gets the result, or the
+        ``RequestError`` that answers the request (504 once *timeout_s* has passed), once,
+        on the event loop. Raises ``RequestError`` 503 (with ``Retry-After``) when
+        ``max_queue`` requests already wait."""
+        self._queue_item(data, timeout_s, answer)
 
     async def submit(self, data: Any, timeout_s: float) -> Any:
-        loop = self._loop
-        if loop is None:
+        """``put`` and wait: a request cancelled while still queued never reaches the model."""
+        loop = self._running_loop()
+        future = loop.create_future()
+        item = self._queue_item(data, timeout_s, _future_answer(future))
+        try:
+            return await future
+        finally:
+            item.answered = True
+            if item.state == _QUEUED:  # cancelled while queued: the model must not run it
+                with self._cond:
+                    if item.state == _QUEUED:
+                        item.state = _GONE
+                        self._waiting -= 1
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
             raise RuntimeError("InferenceQueue.start() was not called")
-        item = _Item(data, loop.create_future(), loop.time())
+        return self._loop
+
+    def _queue_item(self, data: Any, timeout_s: float, answer: Answer) -> _Item:
+        loop = self._running_loop()
+        item = _Item(data, answer, loop.time(), timeout_s)
         with self._cond:
             waiting = self._waiting
             full = waiting >= self._max_queue
@@ -107,30 +159,49 @@ class InferenceQueue(ServingLoop[_Item]):
                                f"{waiting} requests are already waiting for the model (the "
                                f"limit is {self._max_queue}); retry shortly",
                                headers=((b"retry-after", b"1"),))
-        expiry = loop.call_later(timeout_s, self._expire, item, timeout_s)
-        try:
-            return await item.future
-        finally:
-            expiry.cancel()
-            if item.state == _QUEUED:  # cancelled while queued: the model must not run it
-                with self._cond:
-                    if item.state == _QUEUED:
-                        item.state = _GONE
-                        self._waiting -= 1
+        self._open.append(item)
+        if self._expiry is None or item.deadline < self._expiry_at:
+            self._arm(item.deadline)
+        return item
 
-    def _expire(self, item: _Item, timeout_s: float) -> None:
-        if item.future.done():
-            return
+    # --- timeouts: one timer for the open requests (a timer per request cost more) ---------
+
+    def _arm(self, when: float) -> None:
+        loop = self._running_loop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = when
+        self._expiry = loop.call_at(when, self._expire_due)
+
+    def _expire_due(self) -> None:
+        """Answer 504 to the open requests past their deadline; arm for the next one."""
+        self._expiry = None
+        now = self._running_loop().time()
+        open_items = self._open
+        while open_items and open_items[0].answered:
+            open_items.popleft()
+        nearest = None
+        for item in open_items:
+            if item.answered:
+                continue
+            if item.deadline <= now:
+                self._expire(item)
+            elif nearest is None or item.deadline < nearest:
+                nearest = item.deadline
+        if nearest is not None:
+            self._arm(nearest)
+
+    def _expire(self, item: _Item) -> None:
         with self._cond:
             queued = item.state == _QUEUED
             if queued:
                 item.state = _GONE
                 self._waiting -= 1
         where = "waiting for the model" if queued else "in the model"
-        item.future.set_exception(RequestError(
-            504, "timeout", f"the invocation took longer than {timeout_s:g} s ({where}); the "
-            f"server is still up. Raise --timeout-s (SHOAL_MODEL_SERVER_TIMEOUT) if the model "
-            f"needs longer"))
+        item.settle(RequestError(
+            504, "timeout", f"the invocation took longer than {item.timeout_s:g} s ({where}); "
+            f"the server is still up. Raise --timeout-s (SHOAL_MODEL_SERVER_TIMEOUT) if the "
+            f"model needs longer"))
 
     # --- the inference thread ---------------------------------------------------------------
 
@@ -194,11 +265,11 @@ class InferenceQueue(ServingLoop[_Item]):
     def _deliver(self, batch: list[_Item], results: list[Any]) -> None:
         self._on_batch(len(batch))
         for item, result in zip(batch, results, strict=True):
-            if item.future.done():
-                continue
-            if isinstance(result, BaseException):
-                item.future.set_exception(result)
-            else:
-                item.future.set_result(result)
+            if not item.answered:
+                item.answered = True
+                item.answer(result)
+        open_items = self._open  # answered roughly in order: drop the answered from the front
+        while open_items and open_items[0].answered:
+            open_items.popleft()
 
 

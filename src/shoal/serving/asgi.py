@@ -12,7 +12,7 @@ from typing import Any
 
 from shoal.serving.http import respond_error, unauthorized
 
-__all__ = ["AsgiApp", "Message", "Receive", "Scope", "Send", "api_key_bytes"]
+__all__ = ["AsgiApp", "Message", "Receive", "Scope", "Send", "api_key_bytes", "authorized"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -80,9 +80,13 @@ class AsgiApp(abc.ABC):
 
 
 def _authorized(scope: Scope, key: bytes) -> bool:
+    return authorized(scope["headers"], key)
+
+
+def authorized(headers: list[tuple[bytes, bytes]], key: bytes) -> bool:
     """Whether the request's ``Authorization`` header is ``Bearer KEY`` (the token compared
     in constant time)."""
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name == b"authorization":
             scheme, _, token = value.partition(b" ")
             return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
