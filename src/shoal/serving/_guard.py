@@ -242,7 +242,7 @@ def guarded_protocol(*, read_timeout_s: float, max_connections: int,
                     return False
             if length is None or not length.isdigit() or int(length) > app.fast_body_limit:
                 return False
-            self.cycle = _FastCycle(parser.should_keep_alive())  # type: ignore[assignment]
+            self.cycle = _FastCycle(parser.should_keep_alive())  # type: ignore[assignment]  # a stand-in, by the attributes read
             return True
 
         def on_body(self, body: bytes) -> None:
