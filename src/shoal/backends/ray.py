@@ -57,6 +57,9 @@ __all__ = ["RayBackend", "check_feasible", "check_placeable", "check_server_reac
 logger = logging.getLogger(__name__)
 
 _STOP_CALL_TIMEOUT_S = 5.0
+#: how long a job's supervisor actor waits for its placement group's removal before it ends
+#: itself (whoever next finds it gone removes the group: ``is_alive``)
+_GROUP_REMOVAL_TIMEOUT_S = 60.0
 #: Ray's proxier's message when the server it starts for a Ray Client connection dies.
 _CLIENT_SERVER_DIED = "Starting Ray client server failed"
 _CLIENT_SERVER_TRIES = 3
@@ -573,7 +576,14 @@ class _SupervisorHost:
         self._proc.wait()
         # The job is over (its end state is in the store): free the node's resources.
         if self._group:
-            _remove_group(self._group)
+            # Not from here: this actor holds a bundle of the group, and a removal asked for
+            # by one of the group's own actors, which the removal kills, was seen to take
+            # ~30 s now and then under load (the group and this actor outliving the job). A
+            # zero-CPU task outside the group asks; the removal ends this actor meanwhile.
+            remover = ray.remote(_remove_group).options(
+                num_cpus=0, max_retries=1, scheduling_strategy="DEFAULT").remote(self._group)
+            with contextlib.suppress(Exception):  # gone with the group, or the cluster away
+                ray.get(remover, timeout=_GROUP_REMOVAL_TIMEOUT_S)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def info(self) -> dict[str, Any]:
