@@ -182,7 +182,7 @@ class ModelServerApp(LoadingApp[None]):
 
     # --- the fast path (shoal.serving._guard): POST /invocations without ASGI -----------------
     # The same steps as _invoke, for a body small enough to decode on the event loop, with
-    # the same answers (tests/unit/test_serving_fast_path.py compares the two).
+    # the same answers (tests/integration/test_serving_fast_path.py compares the two).
 
     fast_paths = frozenset({b"/invocations"})
 

@@ -265,9 +265,7 @@ class InferenceQueue(ServingLoop[_Item]):
     def _deliver(self, batch: list[_Item], results: list[Any]) -> None:
         self._on_batch(len(batch))
         for item, result in zip(batch, results, strict=True):
-            if not item.answered:
-                item.answered = True
-                item.answer(result)
+            item.settle(result)
         open_items = self._open  # answered roughly in order: drop the answered from the front
         while open_items and open_items[0].answered:
             open_items.popleft()
