@@ -25,6 +25,7 @@ pytest.importorskip("transformers")
 from helpers import wait_until  # noqa: E402
 from llm_models import MAX_POSITIONS, Reference, ThreadServer, make_tiny_llm  # noqa: E402
 from shoal.llm.serving import GenerationParams, LlmServerApp, load_serving_options  # noqa: E402
+from shoal.llm.serving._engine_process import EngineProcess  # noqa: E402
 from shoal.serving import ServerOptions  # noqa: E402
 
 PROMPTS = ["The shoal swims past", "A reef", "Every job batches the tokens in order. The server"]
@@ -42,10 +43,15 @@ def ref(model_dir: Path) -> Reference:
     return Reference(model_dir)
 
 
-@pytest.fixture(scope="module")
-def server(model_dir: Path) -> Iterator[ThreadServer]:
-    app = LlmServerApp(load_serving_options(model_dir, {}), ServerOptions(port=0))
+@pytest.fixture(scope="module", params=["engine thread", "engine process"])
+def server(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[ThreadServer]:
+    """The server with its engine on a thread of its own, and in a process of its own
+    (``option.shoal_engine_process``): every test of it runs against both."""
+    process = "true" if request.param == "engine process" else "false"
+    app = LlmServerApp(load_serving_options(model_dir, {"OPTION_SHOAL_ENGINE_PROCESS": process}),
+                       ServerOptions(port=0))
     with ThreadServer(app) as s:
+        assert isinstance(s.app.loaded.engine, EngineProcess) == (process == "true")
         yield s
 
 
@@ -187,7 +193,8 @@ def test_requests_joining_a_decoding_batch_finish_as_they_would_alone(server, re
         assert got[i] == ref.generate_ids(prompt, lengths[i]), i
     assert first_token_while_first_decodes == [True, True, True]
     wait_until(lambda: engine.live == 0, 5)
-    assert engine._cache is None  # every row left, so the cache is gone
+    if not isinstance(engine, EngineProcess):
+        assert engine._cache is None  # every row left, so the cache is gone
 
 
 def test_bad_requests_get_a_clear_error_and_the_server_stays_up(server):
@@ -244,6 +251,9 @@ def test_a_client_that_disconnects_frees_its_slot(server):
                 break
     wait_until(lambda: engine.live == 0 and engine.queue_depth == 0, 10,
                what="the cancelled generation to leave the batch")
+    # and the request's task ended (a cancelled generation sends no last event): counted 499
+    wait_until(lambda: 'route="/generate_stream",status="499"' in httpx.get(
+        server.url + "/metrics").text, 10, what="the abandoned request to end as 499")
 
 
 def test_metrics_report_tokens_ttft_occupancy_and_queue(server):
@@ -330,7 +340,9 @@ def wide_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def wide_server(wide_dir: Path) -> Iterator[ThreadServer]:
-    app = LlmServerApp(load_serving_options(wide_dir, {}), ServerOptions(port=0))
+    # these tests read the engine's steps on its thread: the engine runs in this process
+    app = LlmServerApp(load_serving_options(wide_dir, {"OPTION_SHOAL_ENGINE_PROCESS": "false"}),
+                       ServerOptions(port=0))
     with ThreadServer(app) as s:
         yield s
 
@@ -421,6 +433,9 @@ def test_ordinary_tokens_are_handed_on_together_a_first_and_last_at_once(
     interval 0, one call per step. Events held back are handed on before the engine waits
     (here: paused mid-generation). The tokens are those of solo generate() either way."""
     engine = server.app.loaded.engine
+    if isinstance(engine, EngineProcess):
+        pytest.skip("the hand-over on the engine's thread: the engine process's own thread "
+                    "does it (this test runs it on the [engine thread] server)")
     original = engine.on_step
     prompt = PROMPTS[0]
     expected = ref.generate_ids(prompt, 6)
@@ -467,3 +482,68 @@ def test_ordinary_tokens_are_handed_on_together_a_first_and_last_at_once(
     assert handed == list(range(1, n + 1))  # every step
     _, handed = run(3600.0, pause_after=3)
     assert handed == [1, 3, n]  # held tokens 2-3 went out before the engine waited
+
+
+# --- the engine in a process of its own (option.shoal_engine_process) ---------------------------
+
+
+def test_a_killed_engine_process_fails_its_requests_and_the_server_says_why(model_dir, ref):
+    """SIGKILL the engine process mid-stream: the open stream ends with an error line naming
+    its exit status, a new request is refused 503, and /ping answers 503 with the reason
+    (under ``python -m shoal.serving`` the failure also stops the server)."""
+    import signal
+
+    app = LlmServerApp(load_serving_options(model_dir, {"OPTION_SHOAL_ENGINE_PROCESS": "true"}),
+                       ServerOptions(port=0))
+    with ThreadServer(app) as s:
+        engine = app.loaded.engine
+        assert isinstance(engine, EngineProcess)
+        pid = engine._proc.pid
+        lines: list[dict[str, Any]] = []
+        with httpx.Client(base_url=s.url, timeout=30) as client, client.stream(
+                "POST", "/invocations",
+                json={"inputs": "A reef", "parameters": {"max_new_tokens": 100},
+                      "stream": True}) as r:
+            for line in r.iter_lines():
+                lines.append(json.loads(line))
+                if len(lines) == 2:
+                    os.kill(pid, signal.SIGKILL)
+        assert lines[-1]["error"] == "the engine process exited with status -9; restart the " \
+                                     "server", lines[-1]
+        wait_until(lambda: httpx.get(s.url + "/ping").status_code == 503, 10,
+                   what="/ping to say the model is gone")
+        ping = httpx.get(s.url + "/ping").json()
+        assert "engine process exited with status -9" in ping["error"], ping
+        refused = httpx.post(s.url + "/generate", json={"inputs": "A reef"})
+        assert refused.status_code == 503, refused.text
+        assert engine._proc.poll() == -9
+
+
+def test_an_engine_process_that_cannot_load_the_weights_fails_the_load_naming_them(
+        model_dir, tmp_path):
+    """Weights the engine process cannot read: the load fails with its ModelLoadError (the
+    path named), and no engine process is left running."""
+    import shutil
+
+    from shoal.errors import ModelLoadError
+    from shoal.llm.serving._engine import EngineObserver
+    from shoal.llm.serving._loading import load_model
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    spawned: list[EngineProcess] = []
+    original = EngineProcess.spawn
+
+    def spawn(self: EngineProcess, *args: Any, **kwargs: Any) -> None:
+        spawned.append(self)
+        original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EngineProcess, "spawn", spawn)
+        with pytest.raises(ModelLoadError, match="cannot load the model from") as caught:
+            load_model(load_serving_options(broken, {"OPTION_SHOAL_ENGINE_PROCESS": "true"}),
+                       EngineObserver())
+    assert str(broken) in str(caught.value)
+    (process,) = spawned
+    assert process._proc is not None and process._proc.poll() is not None

@@ -19,9 +19,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from shoal.errors import OverloadedError
+from shoal.errors import ModelLoadError, OverloadedError
 from shoal.llm.serving import _protocols as wire
 from shoal.llm.serving._engine import Generation, TokenEvent
+from shoal.llm.serving._engine_process import EngineProcess
 from shoal.llm.serving._loading import LoadedModel, load_model
 from shoal.llm.serving._metrics import LlmMetrics
 from shoal.llm.serving._openai import OpenAIApi, default_model_name
@@ -123,12 +124,18 @@ class LlmServerApp(LoadingApp[LoadedModel]):
         return load_model(self.options, self.metrics)
 
     def discard(self, loaded: LoadedModel) -> None:
+        if isinstance(loaded.engine, EngineProcess):
+            loaded.engine.stop()
         loaded.located.cleanup()
 
     def became_ready(self, loaded: LoadedModel, seconds: float) -> None:
         self.loaded = loaded
-        loaded.engine.on_step = self._step_done
-        loaded.engine.start()
+        engine = loaded.engine
+        engine.on_step = self._step_done
+        if isinstance(engine, EngineProcess):  # its end is the model's: /ping says why
+            engine.on_exit = lambda why: self.call_soon(
+                self.failed, ModelLoadError(why, path=str(loaded.located.path)))
+        engine.start()
         log.info("model ready in %.2f s: %s", seconds, loaded.description)
 
     # --- routing --------------------------------------------------------------------------
@@ -342,7 +349,7 @@ class LlmServerApp(LoadingApp[LoadedModel]):
             raise RequestError(503, "overloaded", str(e),
                                headers=((b"retry-after", b"1"),)) from None
         watcher = None if receive is None else asyncio.create_task(
-            watch_disconnect(receive, [generation]))
+            watch_disconnect(receive, [generation], [channel]))
         try:
             yield channel, generation
         finally:
@@ -358,7 +365,8 @@ class LlmServerApp(LoadingApp[LoadedModel]):
         async with contextlib.AsyncExitStack() as stack:
             pairs = [await stack.enter_async_context(self._stream(ids, params, None))
                      for _, ids, params in jobs]
-            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs]))
+            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs],
+                                                            [c for c, _ in pairs]))
             stack.callback(watcher.cancel)
             yield [channel for channel, _ in pairs]
 
@@ -380,7 +388,8 @@ class LlmServerApp(LoadingApp[LoadedModel]):
         async with contextlib.AsyncExitStack() as stack:
             pairs = [await stack.enter_async_context(self._stream(ids, params, None))
                      for _, ids, params in jobs]
-            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs]))
+            watcher = asyncio.create_task(watch_disconnect(receive, [g for _, g in pairs],
+                                                            [c for c, _ in pairs]))
             stack.callback(watcher.cancel)
 
             async def collect(k: int) -> wire.Outcome:

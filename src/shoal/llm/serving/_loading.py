@@ -15,16 +15,17 @@ from shoal.llm.serving._properties import LlmServingOptions, LocatedModel, Quant
 
 if TYPE_CHECKING:
     from shoal.llm.serving._embeddings import EmbeddingEngine
+    from shoal.llm.serving._engine_process import EngineProcess
     from shoal.llm.serving._vllm import VllmEngine
 
-__all__ = ["LoadedModel", "load_model"]
+__all__ = ["LoadedModel", "load_causal_lm", "load_model"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class LoadedModel:
-    engine: TransformersEngine | VllmEngine | EmbeddingEngine
+    engine: TransformersEngine | EngineProcess | VllmEngine | EmbeddingEngine
     tokenizer: Any
     located: LocatedModel
     max_model_len: int
@@ -37,11 +38,20 @@ def load_model(options: LlmServingOptions, observer: EngineObserver) -> LoadedMo
     """The engine for *options*; ``ModelLoadError`` says what is wrong and where it looked."""
     use_vllm = _use_vllm(options)
     located = locate_model(options)
+    process = None
     try:
         if use_vllm:
             return _load_vllm(options, located, observer)
-        return _load_transformers(options, located, observer)
+        if options.uses_engine_process:
+            from shoal.llm.serving._engine_process import EngineProcess
+
+            # started first: it reads the config and the tokenizer beside this process
+            process = EngineProcess(max_queue=options.job_queue_size, observer=observer)
+            process.spawn(located.path, trust_remote_code=options.trust_remote_code)
+        return _load_transformers(options, located, observer, process)
     except BaseException:
+        if process is not None:
+            process.stop()
         located.cleanup()
         raise
 
@@ -92,9 +102,10 @@ def _load_vllm(options: LlmServingOptions, located: LocatedModel,
 
 
 def _load_transformers(options: LlmServingOptions, located: LocatedModel,
-                       observer: EngineObserver) -> LoadedModel:
+                       observer: EngineObserver, process: EngineProcess | None = None
+                       ) -> LoadedModel:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     path = located.path
     remote = options.trust_remote_code
@@ -120,16 +131,41 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
                                   trust_remote_code=remote, placement=placement)
         description = (f"{type(embedder.model).__name__} from {path} (embeddings, "
                        f"{embedder.pooling.value} pooling), max_model_len {max_len}")
+        if process is not None:  # an encoder is served here, without an engine process
+            process.stop()
         return LoadedModel(embedder, tokenizer, located, max_len, description, embedding=True)
-    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": dtype}
-    kwargs.update(placement)
-    if options.quantize is not None:
-        kwargs["quantization_config"] = _quantization(options.quantize)
+    spec = {"path": str(path), "trust_remote_code": remote, "dtype": dtype,
+            "placement": placement, "quantize": options.quantize,
+            "max_batch": options.batch_size, "max_model_len": max_len}
+    if process is not None:
+        process.load(spec)
+        return LoadedModel(process, tokenizer, located, max_len,
+                           f"{process.description}, in an engine process of its own")
+    model, _, description = load_causal_lm(spec, tokenizer)
+    engine = TransformersEngine(model, tokenizer, max_batch=options.batch_size,
+                                max_queue=options.job_queue_size, max_model_len=max_len,
+                                observer=observer)
+    return LoadedModel(engine, tokenizer, located, max_len, description)
+
+
+def load_causal_lm(spec: dict[str, Any], tokenizer: Any = None) -> tuple[Any, Any, str]:
+    """The model (and, unless given, the tokenizer) *spec* describes, with its description:
+    what ``_load_transformers`` decided (path, dtype, placement, quantization, limits). The
+    engine process loads with it too."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, remote, quantize = spec["path"], spec["trust_remote_code"], spec["quantize"]
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
+    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": spec["dtype"]}
+    kwargs.update(spec["placement"])
+    if quantize is not None:
+        kwargs["quantization_config"] = _quantization(quantize)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
     except (OSError, ValueError, ImportError, RuntimeError, NotImplementedError) as e:
-        if options.quantize is not None:  # bitsandbytes refuses this machine or this model
-            value = options.quantize.value
+        if quantize is not None:  # bitsandbytes refuses this machine or this model
+            value = quantize.value
             raise ModelLoadError(f"option.quantize={value}: bitsandbytes cannot load the model "
                                  f"from {path} here: {type(e).__name__}: {e}; remove "
                                  f"option.quantize (or try the other bit width)",
@@ -138,24 +174,22 @@ def _load_transformers(options: LlmServingOptions, located: LocatedModel,
             raise
         raise ModelLoadError(f"cannot load the model from {path}: {type(e).__name__}: {e}",
                              path=str(path)) from e
-    engine = TransformersEngine(model, tokenizer, max_batch=options.batch_size,
-                                max_queue=options.job_queue_size, max_model_len=max_len,
-                                observer=observer)
     device = next(model.parameters()).device
+    batch = int(spec["max_batch"])
     description = (f"{type(model).__name__} from {path} on {device} "
-                   f"({next(model.parameters()).dtype}{_quantized(model, options)}), "
+                   f"({next(model.parameters()).dtype}{_quantized(model, quantize)}), "
                    f"transformers engine, "
-                   f"{'continuous batching of up to ' + str(options.batch_size) if options.batch_size > 1 else 'one request at a time'}, "
-                   f"max_model_len {max_len}")
-    return LoadedModel(engine, tokenizer, located, max_len, description)
+                   f"{'continuous batching of up to ' + str(batch) if batch > 1 else 'one request at a time'}, "
+                   f"max_model_len {spec['max_model_len']}")
+    return model, tokenizer, description
 
 
-def _quantized(model: Any, options: LlmServingOptions) -> str:
+def _quantized(model: Any, quantize: Quantize | None) -> str:
     """``, bitsandbytes4: N layers`` (the layers bitsandbytes replaced), or nothing."""
-    if options.quantize is None:
+    if quantize is None:
         return ""
     layers = sum(type(m).__module__.startswith("bitsandbytes") for m in model.modules())
-    return f", {options.quantize.value}: {layers} layers"
+    return f", {quantize.value}: {layers} layers"
 
 
 def _placement(options: LlmServingOptions, torch: Any) -> dict[str, Any]:

@@ -98,6 +98,7 @@ _KEYS: dict[str, str] = {
     "option.return_full_text": "return_full_text",
     "option.batch_size": "djl_batch_size",
     "option.shoal_strict": "strict",
+    "option.shoal_engine_process": "engine_process",
 }
 #: the DJL engines that serve something other than an LLM through Python
 _NON_LLM_ENGINES = ("pytorch", "mxnet", "tensorflow", "onnxruntime", "onnx", "paddlepaddle",
@@ -127,6 +128,9 @@ class LlmServingOptions:
             ``max_rolling_batch_size`` is not set).
         strict: ``option.shoal_strict``: what would run differently from the file as
             written (keys with no effect, too few devices, another dtype) fails the load.
+        engine_process: ``option.shoal_engine_process``: the transformers engine runs in a
+            process of its own, so HTTP and the model's forward do not share one GIL
+            (``None``: when this process may use two CPUs or more; see ``uses_engine_process``).
         model_loading_timeout: seconds the load may take before the server gives up.
         job_queue_size: requests waiting for a batch slot before 503.
         tgi_compat: LMI's ``option.tgi_compat``: ``/invocations`` answers as Hugging Face's
@@ -165,6 +169,7 @@ class LlmServingOptions:
     handler: str | None = None
     djl_batch_size: int | None = None
     strict: bool = False
+    engine_process: bool | None = None
     model_loading_timeout: float = 1800.0
     job_queue_size: int = 1000
     tgi_compat: bool = False
@@ -189,6 +194,18 @@ class LlmServingOptions:
         vLLM handler (used when installed)."""
         return (self.engine is Engine.VLLM or self.rolling_batch is RollingBatch.VLLM
                 or self.handler in VLLM_HANDLERS)
+
+    @property
+    def uses_engine_process(self) -> bool:
+        """Whether the transformers engine runs in a process of its own: as
+        ``option.shoal_engine_process`` says, else when this process may use two CPUs or more
+        (with one, the two processes would only take turns)."""
+        if self.engine_process is not None:
+            return self.engine_process
+        try:
+            return len(os.sched_getaffinity(0)) >= 2
+        except AttributeError:  # no affinity masks (macOS)
+            return (os.cpu_count() or 1) >= 2
 
     @property
     def requires_vllm(self) -> bool:
@@ -333,7 +350,8 @@ def _convert(name: str, key: str, value: str, origin: str) -> object:
         if low not in _QUANTIZE_ALIASES:
             raise _bad(key, value, origin, "bitsandbytes4 or bitsandbytes8 (bitsandbytes)")
         return _QUANTIZE_ALIASES[low]
-    if name in ("trust_remote_code", "tgi_compat", "return_full_text", "strict"):
+    if name in ("trust_remote_code", "tgi_compat", "return_full_text", "strict",
+                "engine_process"):
         if low not in _BOOLS:
             raise _bad(key, value, origin, "true or false")
         return _BOOLS[low]

@@ -12,7 +12,7 @@ from typing import Any
 from shoal.llm.serving._engine import Generation, TokenEvent
 from shoal.llm.serving._params import invalid
 from shoal.serving.asgi import Receive, Send
-from shoal.serving.http import RequestError
+from shoal.serving.http import ClientDisconnected, RequestError
 from shoal.serving.http import respond as _respond
 
 __all__ = ["Channel", "batches", "chunk", "deliver", "flag", "guarded", "only", "prompt_text",
@@ -25,14 +25,24 @@ class Channel:
     """One generation's events on the event loop: ``put`` by ``_deliver``, taken all at once
     by the request's task."""
 
-    __slots__ = ("events", "waiter")
+    __slots__ = ("closed", "events", "waiter")
 
     def __init__(self) -> None:
         self.events: list[TokenEvent] = []
         self.waiter: asyncio.Future[None] | None = None
+        self.closed = False  # the client left: take() raises ClientDisconnected
 
     def put(self, event: TokenEvent) -> None:
         self.events.append(event)
+        self._wake()
+
+    def close(self) -> None:
+        """The client is gone: the request's task stops waiting (a cancelled generation
+        sends no last event)."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self.waiter
         if waiter is not None:
             self.waiter = None
@@ -40,8 +50,12 @@ class Channel:
                 waiter.set_result(None)
 
     async def take(self) -> list[TokenEvent]:
-        """Every event that arrived since the last call (waits for one)."""
+        """Every event that arrived since the last call (waits for one); raises
+        ``ClientDisconnected`` once the channel is closed."""
         while not self.events:
+            if self.closed:
+                raise ClientDisconnected
+
             self.waiter = asyncio.get_running_loop().create_future()
             await self.waiter
         events, self.events = self.events, []
@@ -83,12 +97,17 @@ async def guarded(channel: Channel, send: Send, *, jsonlines: bool = False
         await chunk(send, line + b"\n" if jsonlines else b"data: " + line + b"\n\n")
 
 
-async def watch_disconnect(receive: Receive, generations: list[Generation]) -> None:
+async def watch_disconnect(receive: Receive, generations: list[Generation],
+                           channels: list[Channel]) -> None:
+    """When the client leaves: cancel its *generations* and close their *channels*, so the
+    request's task ends (499) instead of waiting for events that will not come."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             for g in generations:
                 g.cancel()
+            for channel in channels:
+                channel.close()
             return
 
 
