@@ -3,7 +3,9 @@
 and ``/v1/models``; ``/ping`` (and TGI's ``/health``) and ``/metrics``.
 
 The model loads on a thread once the server listens (``/ping`` answers 503 until then).
-Generation runs on the engine's thread. The events of one decode step go to the event loop
+Generation runs on the engine's thread, or in the engine's own process
+(``option.shoal_engine_process``, ``_engine_process.py``), whose events a reader thread hands
+on the same way. The events of one decode step go to the event loop
 together (one ``call_soon_threadsafe`` per step); each request takes all its events that
 arrived since it last looked and writes them as one chunk. A task watching the connection
 cancels the generation when the client leaves.

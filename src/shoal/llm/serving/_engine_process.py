@@ -75,8 +75,8 @@ class RemoteGeneration:
 
 class EngineProcess:
     """The engine, run by a child process; the interface of ``TransformersEngine`` that the
-    server uses. ``load`` starts the child and waits until its model is loaded (raising its
-    ``ModelLoadError``); ``start`` begins reading its steps."""
+    server uses. ``spawn`` starts the child, ``load`` waits until its model is loaded
+    (raising its ``ModelLoadError``), ``start`` begins reading its steps."""
 
     def __init__(self, *, max_queue: int, observer: EngineObserver | None = None,
                  on_step: Callable[[], None] | None = None) -> None:
@@ -250,24 +250,29 @@ class EngineProcess:
                 self.on_exit(why)
 
     def _deliver(self, events: list[tuple[Any, ...]]) -> None:
+        """A step's events to their generations' callbacks; the events of one cancelled
+        meanwhile (no longer in ``_gens``) are dropped, as the engine drops its row."""
         gens = self._gens
         for gid, token, text, logprob, special, finish, full, error, top in events:
             g = gens.get(gid)
             if g is None:
                 continue
-            if not g.emitted:
-                g.emitted = True
-                with self._lock:
-                    self._waiting -= 1
-                    self._live += 1
+            ended = finish is not None or error is not None
+            if ended or not g.emitted:
+                with self._lock:  # the counts change with _gens, as cancel() changes them
+                    if gens.get(gid) is not g:
+                        continue
+                    if not g.emitted:
+                        g.emitted = True
+                        self._waiting -= 1
+                        self._live += 1
+                    if ended:
+                        g.finished = True
+                        del gens[gid]
+                        self._live -= 1
             event = TokenEvent(token, text, logprob, special,
                                None if finish is None else FinishReason(finish), full, error,
                                top)
-            if finish is not None or error is not None:
-                g.finished = True
-                with self._lock:
-                    del gens[gid]
-                    self._live -= 1
             try:
                 g.on_event(event)
             except Exception:
