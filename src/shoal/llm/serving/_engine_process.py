@@ -132,12 +132,11 @@ class EngineProcess:
         import multiprocessing.connection as mpc
 
         parent, child = socket.socketpair()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "shoal.llm.serving._engine_process", str(child.fileno()),
                  os.fspath(path), "1" if trust_remote_code else "0"],
-                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL)
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         finally:
             child.close()
         self._conn = mpc.Connection(parent.detach())
