@@ -95,6 +95,12 @@ class EngineObserver:
 
 _ids = itertools.count(1)
 
+
+def overloaded(waiting: int, limit: int) -> OverloadedError:
+    """The refusal of a request when *waiting* requests already wait (``job_queue_size``)."""
+    return OverloadedError(f"{waiting} requests already wait for a batch slot "
+                           f"(job_queue_size={limit}); retry shortly", queue=waiting)
+
 #: Mask columns allocated ahead of the live batch (a decode step fills one).
 _MASK_HEADROOM = 64
 #: Padded prompt tokens one prefill call takes at most (a longer prompt goes alone).
@@ -172,9 +178,7 @@ class EngineLoop(ServingLoop[Generation]):
         with self._cond:
             waiting = self.queue_depth
             if waiting >= self.max_queue:
-                raise OverloadedError(f"{waiting} requests already wait for a batch slot "
-                                      f"(job_queue_size={self.max_queue}); retry shortly",
-                                      queue=waiting)
+                raise overloaded(waiting, self.max_queue)
             self._enqueue(generation)
         return generation
 

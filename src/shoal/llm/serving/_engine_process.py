@@ -35,15 +35,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shoal.errors import ModelLoadError, OverloadedError
-from shoal.llm.serving._engine import EngineObserver, FinishReason, TokenEvent
+from shoal.errors import ModelLoadError
+from shoal.llm.serving._engine import EngineObserver, FinishReason, TokenEvent, overloaded
 from shoal.llm.serving._params import GenerationParams
 
 __all__ = ["EngineProcess"]
 
 log = logging.getLogger(__name__)
 
-#: observer methods forwarded from the engine process
+#: the engine observer's methods, forwarded from the engine process with each step
 _OBSERVED = ("step", "prefilled", "first_token", "inter_token", "finished")
 
 
@@ -81,7 +81,6 @@ class EngineProcess:
     def __init__(self, *, max_queue: int, observer: EngineObserver | None = None,
                  on_step: Callable[[], None] | None = None) -> None:
         self.max_queue = max_queue
-        self.max_batch = 0
         self.observer = observer or EngineObserver()
         self.on_step = on_step
         #: told (on the reader's thread) why, when the engine process ends unasked
@@ -114,9 +113,7 @@ class EngineProcess:
             if self._gone is not None:
                 raise RuntimeError(self._gone)
             if self._waiting >= self.max_queue:
-                raise OverloadedError(f"{self._waiting} requests already wait for a batch slot "
-                                      f"(job_queue_size={self.max_queue}); retry shortly",
-                                      queue=self._waiting)
+                raise overloaded(self._waiting, self.max_queue)
             if params.do_sample and params.seed is None:  # chosen here, so it is known here
                 params = dataclasses.replace(params, seed=random.randrange(2**63))
             self._next_id += 1
@@ -160,7 +157,6 @@ class EngineProcess:
         """Load the model *spec* describes in the engine process and wait for it (its log
         lines are logged here); raises its ``ModelLoadError``."""
         assert self._proc is not None and self._conn is not None, "spawn() first"
-        self.max_batch = int(spec["max_batch"])
         self._conn.send(("load", spec, logging.getLogger().getEffectiveLevel()))
         while True:
             try:
@@ -172,8 +168,7 @@ class EngineProcess:
                                      path=str(spec["path"])) from None
             kind = message[0]
             if kind == "log":
-                _, level, name, text = message
-                logging.getLogger(name).log(level, "%s", text)
+                _log(message)
             elif kind == "ready":
                 _, self.vocab_size, self.description = message
                 return
@@ -231,8 +226,7 @@ class EngineProcess:
                     except Exception:
                         log.exception("handing a step's events on failed")
             elif kind == "log":
-                _, level, name, text = message
-                logging.getLogger(name).log(level, "%s", text)
+                _log(message)
         code = self._proc.wait() if self._proc is not None else None
         with self._lock:
             stopping = self._gone is not None
@@ -305,26 +299,29 @@ class EngineProcess:
 # --- the engine process ---------------------------------------------------------------------
 
 
+def _log(message: tuple[Any, ...]) -> None:
+    """A log record of the engine process, logged here under its logger's name."""
+    _, level, name, text = message
+    logging.getLogger(name).log(level, "%s", text)
+
+
 class _Recorder(EngineObserver):
-    """The engine's observer in the child: its calls go with the next step message."""
+    """The engine's observer in the child: its calls (``_OBSERVED``) go with the next step
+    message."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
 
-    def step(self, *args: Any) -> None:
-        self.calls.append(("step", args))
 
-    def prefilled(self, *args: Any) -> None:
-        self.calls.append(("prefilled", args))
+def _recording(name: str) -> Callable[..., None]:
+    def record(self: _Recorder, *args: Any) -> None:
+        self.calls.append((name, args))
+    record.__name__ = name
+    return record
 
-    def first_token(self, *args: Any) -> None:
-        self.calls.append(("first_token", args))
 
-    def inter_token(self, *args: Any) -> None:
-        self.calls.append(("inter_token", args))
-
-    def finished(self, *args: Any) -> None:
-        self.calls.append(("finished", args))
+for _name in _OBSERVED:
+    setattr(_Recorder, _name, _recording(_name))
 
 
 class _Forward(logging.Handler):
